@@ -1,0 +1,3 @@
+from kvharness.cli import main
+
+raise SystemExit(main())
