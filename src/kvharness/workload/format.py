@@ -179,7 +179,9 @@ def load(path: str | Path) -> Workload:
             raise FormatError(where, 1, f"not a kvharness workload (format={header.format!r})")
         if header.version != VERSION:
             raise FormatError(
-                where, 1, f"workload format version {header.version} (this kvharness reads {VERSION})"
+                where,
+                1,
+                f"workload format version {header.version} (this kvharness reads {VERSION})",
             )
         if header.block_size <= 0:
             raise FormatError(where, 1, f"block_size must be positive, got {header.block_size}")

@@ -97,8 +97,7 @@ class Arrival:
             known = [s.start for s in sessions if s.start is not None]
             t0 = min(known, default=0.0)
             return [
-                ((s.start - t0) if s.start is not None else 0.0) * self.time_scale
-                for s in sessions
+                ((s.start - t0) if s.start is not None else 0.0) * self.time_scale for s in sessions
             ]
         if self.kind == "poisson":
             rng = random.Random(self.seed)
