@@ -27,7 +27,7 @@ from kvharness.errors import FormatError
 from kvharness.workload.chain import BlockChain
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 
-__all__ = ["FORMAT", "VERSION", "SCHEMA_PATH", "is_workload_file", "load", "save", "dumps_lines"]
+__all__ = ["FORMAT", "SCHEMA_PATH", "VERSION", "dumps_lines", "is_workload_file", "load", "save"]
 
 FORMAT = "kvharness-workload"
 VERSION = 1

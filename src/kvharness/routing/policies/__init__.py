@@ -1,0 +1,1 @@
+"""Built-in routing policies; importing this package registers them."""
