@@ -1,0 +1,3 @@
+# env: coding-agent RL environments (issue 6). Sandboxed commands need bubblewrap; prlimit and
+# setpriv come with util-linux.
+APT_PACKAGES += bubblewrap util-linux

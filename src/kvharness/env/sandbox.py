@@ -1,0 +1,371 @@
+"""Run an episode's commands under bubblewrap: no network, read-only system, writable repo only.
+
+Every command runs in a fresh ``bwrap`` with new network, PID, IPC and UTS namespaces. The sandbox
+sees, read-only, ``/usr``, ``/etc`` (and the ``/bin``, ``/lib``... links) plus the extra paths the
+caller names (the task venv and its Python installation, at their host paths); the episode's copy
+of the repository, writable, at :data:`REPO_MOUNT`; a private ``/tmp``; nothing else of the host
+(no ``/root``, ``/home``, ``/work``, suite folders, hidden tests).
+
+Limits, per command: CPU seconds, address space, file size (``prlimit``) and a process count
+(RLIMIT_NPROC), plus a wall-clock timeout that SIGKILLs ``bwrap``; ``--die-with-parent`` and the PID
+namespace then take every process of the command with it.
+
+RLIMIT_NPROC does not bind root, and ``bwrap --unshare-user`` run by root maps the sandbox user to
+host uid 0, so as root the command instead drops, inside the sandbox, to a host uid of its own
+(``setpriv``; bwrap keeps CAP_SETUID/CAP_SETGID/CAP_SETPCAP just for that step, then none are
+left). Each :class:`Sandbox` gets a distinct uid from a high range that no real account uses, so
+its process count is its own, and the repository copy is chowned to it before each command. Run
+by a non-root user, bwrap makes a user namespace instead and RLIMIT_NPROC, set inside it, counts
+that namespace's processes (Linux >= 5.14).
+
+Without ``bwrap`` the constructor raises :class:`SandboxUnavailable`, unless ``unsafe=True``: then
+commands run directly on the host in the repository folder, with the rlimits and timeout only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from kvharness.errors import UserError
+
+__all__ = [
+    "REPO_MOUNT",
+    "CommandResult",
+    "Limits",
+    "Sandbox",
+    "SandboxUnavailable",
+    "bwrap_available",
+    "python_env_paths",
+]
+
+REPO_MOUNT = "/work/repo"
+"""Where the episode's repository copy appears inside the sandbox (also the working directory)."""
+
+_UID_BASE = 1_700_000
+_uid_counter = itertools.count()
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_TRUNCATED = "\n[... output truncated: {n} more bytes ...]\n"
+
+
+class SandboxUnavailable(UserError):
+    """bubblewrap is missing or does not work here, and unsafe mode was not asked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-command limits. Sizes in bytes, times in seconds."""
+
+    timeout_s: float = 60.0
+    cpu_s: int = 60
+    memory_bytes: int = 4 << 30
+    processes: int = 128
+    file_size_bytes: int = 512 << 20
+    output_bytes: int = 1 << 20
+    """Captured stdout (and stderr), each; the rest is counted and dropped."""
+    tmp_bytes: int = 512 << 20
+    """Size of the private /tmp (a tmpfs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What one command did. ``returncode`` is negative (-signal) when killed by a signal."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+def bwrap_available() -> bool:
+    """Whether ``bwrap`` is on PATH."""
+    return shutil.which("bwrap") is not None
+
+
+def python_env_paths(venv: Path) -> tuple[Path, ...]:
+    """The host paths a virtual environment needs inside the sandbox: itself and its base Python.
+
+    The venv's ``python`` is a symlink into the base installation (e.g. ``/root/.pyenv/...``), so
+    that installation's prefix must be mounted too unless it lives under ``/usr``.
+    """
+    venv = venv.resolve()
+    python = (venv / "bin" / "python").resolve()
+    prefix = python.parent.parent
+    paths = [venv]
+    if prefix != venv and not prefix.is_relative_to("/usr"):
+        paths.append(prefix)
+    return tuple(paths)
+
+
+class Sandbox:
+    """Runs commands against one repository copy. Not thread-safe per instance; cheap to create.
+
+    ``repo`` is the host folder of the episode's copy; commands may change it (and, as root, its
+    ownership is set to the sandbox's uid before every command). ``ro_paths`` are host paths made
+    visible read-only at the same path (a venv, see :func:`python_env_paths`). ``env`` replaces
+    the host environment (``PATH``, ``HOME=/tmp`` and ``LANG`` are set unless given).
+    """
+
+    def __init__(
+        self,
+        repo: Path,
+        *,
+        ro_paths: Sequence[Path] = (),
+        limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
+        unsafe: bool = False,
+    ) -> None:
+        self.repo = repo.resolve()
+        self.ro_paths = tuple(Path(p).resolve() for p in ro_paths)
+        self.limits = limits or Limits()
+        self.unsafe = unsafe
+        self._as_root = os.geteuid() == 0
+        self._uid = _UID_BASE + (os.getpid() * 1024 + next(_uid_counter)) % 1_000_000
+        if not self.repo.is_dir():
+            raise UserError(f"{repo}: repository folder does not exist")
+        if not unsafe:
+            missing = [t for t in ("bwrap", "prlimit", "setpriv") if shutil.which(t) is None]
+            if self._as_root is False and "setpriv" in missing:
+                missing.remove("setpriv")
+            if missing:
+                raise SandboxUnavailable(
+                    f"cannot sandbox commands: {', '.join(missing)} not found; install Debian's "
+                    "bubblewrap and util-linux (`make system-deps` or `apt-get install bubblewrap`), "
+                    "or pass --unsafe-no-sandbox to run commands on the host, unconfined"
+                )
+        path = [str(p / "bin") for p in self.ro_paths if (p / "bin" / "python").exists()]
+        base_env = {
+            "PATH": ":".join([*path, "/usr/local/bin", "/usr/bin", "/bin"]),
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "TMPDIR": "/tmp",
+        }
+        base_env.update(env or {})
+        self.env = base_env
+
+    @property
+    def workdir(self) -> str:
+        """The repository's path as commands see it."""
+        return str(self.repo) if self.unsafe else REPO_MOUNT
+
+    # -- command line -------------------------------------------------------------------------
+
+    def _limit_argv(self) -> list[str]:
+        lim = self.limits
+        return [
+            "prlimit",
+            f"--cpu={lim.cpu_s}",
+            f"--as={lim.memory_bytes}",
+            f"--nproc={lim.processes}",
+            f"--fsize={lim.file_size_bytes}",
+            "--core=0",
+            "--",
+        ]
+
+    def argv(self, command: str | Sequence[str]) -> list[str]:
+        """The full host argv that runs ``command`` (a shell string or an argv) in the sandbox."""
+        cmd = ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
+        if self.unsafe:
+            return cmd
+        args = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        args += ["--hostname", "sandbox", "--die-with-parent", "--new-session"]
+        if not self._as_root:
+            args += ["--unshare-user"]
+        bound: list[Path] = [Path("/usr"), Path("/etc")]
+        args += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+        for link in _SYSTEM_LINKS:
+            host = Path(link)
+            if host.is_symlink():
+                args += ["--symlink", os.readlink(host), link]
+            elif host.is_dir():
+                args += ["--ro-bind", link, link]
+                bound.append(host)
+        args += ["--dev", "/dev", "--proc", "/proc"]
+        args += ["--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        made: set[Path] = {Path("/"), Path("/tmp")}
+        mounts = [(p, p, True) for p in self.ro_paths] + [(self.repo, Path(REPO_MOUNT), False)]
+        for host, dest, read_only in mounts:
+            if any(dest.is_relative_to(b) for b in bound):
+                continue
+            for parent in reversed(dest.parents):
+                if parent not in made and not any(parent.is_relative_to(b) for b in bound):
+                    args += ["--perms", "0755", "--dir", str(parent)]
+                    made.add(parent)
+            args += ["--ro-bind" if read_only else "--bind", str(host), str(dest)]
+            bound.append(dest)
+        args += ["--chdir", REPO_MOUNT]
+        if self._as_root:
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            args += ["--cap-add", "CAP_SETPCAP", "--"]
+            uid = str(self._uid)
+            args += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+            args += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+        else:
+            args += ["--"]
+        return args + self._limit_argv() + cmd
+
+    def _prepare(self) -> None:
+        if self._as_root and not self.unsafe:
+            _chown_tree(self.repo, self._uid)
+
+    def _preexec(self) -> None:  # unsafe mode only: the rlimits without a sandbox
+        lim = self.limits
+        resource.setrlimit(resource.RLIMIT_CPU, (lim.cpu_s, lim.cpu_s))
+        resource.setrlimit(resource.RLIMIT_AS, (lim.memory_bytes, lim.memory_bytes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (lim.file_size_bytes, lim.file_size_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    def _popen_kwargs(self, env: Mapping[str, str] | None) -> dict[str, object]:
+        full_env = {**self.env, **(env or {})}
+        kwargs: dict[str, object] = {"env": full_env, "start_new_session": True}
+        if self.unsafe:
+            kwargs["cwd"] = str(self.repo)
+            kwargs["preexec_fn"] = self._preexec
+        return kwargs
+
+    # -- running ------------------------------------------------------------------------------
+
+    def run(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: str | None = None,
+    ) -> CommandResult:
+        """Run ``command`` to completion or timeout (default ``limits.timeout_s``); never raises
+        for the command's own failure. Output is decoded as UTF-8 (with replacement) and capped."""
+        timeout = self.limits.timeout_s if timeout_s is None else timeout_s
+        self._prepare()
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            self.argv(command),
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            **self._popen_kwargs(env),  # type: ignore[call-overload]
+        )
+        out = _CappedReader(proc.stdout, self.limits.output_bytes)
+        err = _CappedReader(proc.stderr, self.limits.output_bytes)
+        if stdin is not None and proc.stdin is not None:
+            try:
+                proc.stdin.write(stdin.encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid)
+            proc.wait()
+        duration = time.perf_counter() - start
+        return CommandResult(proc.returncode, out.text(), err.text(), duration, timed_out)
+
+    async def arun(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        """:meth:`run` for asyncio: many sandboxes can run concurrently on one event loop."""
+        timeout = self.limits.timeout_s if timeout_s is None else timeout_s
+        self._prepare()
+        start = time.perf_counter()
+        argv = self.argv(command)
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            **self._popen_kwargs(env),  # type: ignore[arg-type]
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = asyncio.gather(
+            _read_capped(proc.stdout, self.limits.output_bytes),
+            _read_capped(proc.stderr, self.limits.output_bytes),
+        )
+        timed_out = False
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            timed_out = True
+            _kill_group(proc.pid)
+            await proc.wait()
+        out, err = await readers
+        duration = time.perf_counter() - start
+        assert proc.returncode is not None
+        return CommandResult(proc.returncode, out, err, duration, timed_out)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    os.lchown(root, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
+def _decode(data: bytes, dropped: int) -> str:
+    text = data.decode("utf-8", errors="replace")
+    return text + _TRUNCATED.format(n=dropped) if dropped else text
+
+
+class _CappedReader:
+    """Drains a pipe on a thread, keeping the first ``cap`` bytes."""
+
+    def __init__(self, pipe: IO[bytes] | None, cap: int) -> None:
+        self._chunks: list[bytes] = []
+        self._kept = 0
+        self._dropped = 0
+        self._cap = cap
+        self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _drain(self, pipe: IO[bytes] | None) -> None:
+        if pipe is None:
+            return
+        with pipe:
+            while chunk := os.read(pipe.fileno(), 65536):
+                room = max(self._cap - self._kept, 0)
+                if room:
+                    self._chunks.append(chunk[:room])
+                    self._kept += min(room, len(chunk))
+                self._dropped += max(0, len(chunk) - room)
+
+    def text(self) -> str:
+        self._thread.join()
+        return _decode(b"".join(self._chunks), self._dropped)
+
+
+async def _read_capped(stream: asyncio.StreamReader, cap: int) -> str:
+    kept = bytearray()
+    dropped = 0
+    while chunk := await stream.read(65536):
+        room = cap - len(kept)
+        kept += chunk[: max(room, 0)]
+        dropped += max(0, len(chunk) - max(room, 0))
+    return _decode(bytes(kept), dropped)

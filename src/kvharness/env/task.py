@@ -1,0 +1,213 @@
+"""A coding task: a real package's repository with one injected bug, and the tests that judge a fix.
+
+On disk a *suite* is a directory with one folder per task::
+
+    SUITE/
+      suite.json              {"format": "kvharness-suite", "version": 1, "tasks": ["id", ...], ...}
+      <task id>/
+        task.json             everything below except the file trees (the agent never sees it)
+        repo/                 the unpacked sdist with the mutation applied and the hidden test
+                              files removed: exactly what an episode copies for the agent
+        hidden/               the hidden test files, at their repo-relative paths
+        fix/                  the original (unmutated) version of the mutated file, for the oracle
+
+The agent's view is a copy of ``repo/`` only. ``hidden/`` and ``fix/`` and ``task.json`` (which
+holds FAIL_TO_PASS / PASS_TO_PASS and the mutation) stay outside every sandbox the agent runs in;
+grading copies ``hidden/`` into a fresh copy of the agent's repository (see ``grading.py``).
+
+Test ids are pytest node ids relative to the repository root (``tests/test_x.py::TestA::test_b``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvharness.errors import FormatError, UserError
+
+__all__ = [
+    "SUITE_FORMAT",
+    "TASK_FORMAT",
+    "Mutation",
+    "Task",
+    "list_suite",
+    "load_suite",
+    "load_task",
+    "save_task",
+    "write_suite_index",
+]
+
+TASK_FORMAT = "kvharness-task"
+SUITE_FORMAT = "kvharness-suite"
+_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """The injected bug, i.e. the oracle's known fix read backwards.
+
+    ``file`` is repo-relative; ``line``/``end_line`` are 1-based and name the lines of the
+    *original* file that the mutation rewrote; ``original`` / ``mutated`` are those source lines
+    before and after. ``operator`` names the mutation kind (``compare``, ``arith``, ``off_by_one``,
+    ``drop_if``, ``negate``, ``constant``, ``swap_args``, ...).
+    """
+
+    file: str
+    line: int
+    end_line: int
+    operator: str
+    original: str
+    mutated: str
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One task of a suite, as stored in ``task.json`` (``root`` is the task folder, not stored).
+
+    ``python_path`` lists repo-relative directories that must be on ``PYTHONPATH`` for the package
+    to import (``"."`` for a flat layout, ``"src"`` for a src layout). ``test_command`` is the argv
+    prefix that runs pytest inside the sandbox; node ids are appended to it.
+    """
+
+    id: str
+    package: str
+    package_version: str
+    issue: str
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+    hidden_files: tuple[str, ...]
+    mutation: Mutation
+    python_path: tuple[str, ...] = (".",)
+    test_command: tuple[str, ...] = ("python", "-m", "pytest", "-p", "no:cacheprovider")
+    root: Path = field(default=Path("."), compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.fail_to_pass:
+            raise ValueError(f"task {self.id}: FAIL_TO_PASS is empty")
+        if set(self.fail_to_pass) & set(self.pass_to_pass):
+            raise ValueError(f"task {self.id}: a test is both FAIL_TO_PASS and PASS_TO_PASS")
+
+    @property
+    def repo_dir(self) -> Path:
+        """The agent-visible snapshot (never modify it; copy it with :meth:`checkout`)."""
+        return self.root / "repo"
+
+    @property
+    def hidden_dir(self) -> Path:
+        """The hidden test files, laid out at their repo-relative paths."""
+        return self.root / "hidden"
+
+    @property
+    def fix_dir(self) -> Path:
+        """The original version of the mutated file, at its repo-relative path."""
+        return self.root / "fix"
+
+    @property
+    def tests(self) -> tuple[str, ...]:
+        """FAIL_TO_PASS followed by PASS_TO_PASS."""
+        return self.fail_to_pass + self.pass_to_pass
+
+    def checkout(self, dest: Path) -> Path:
+        """Copy the agent-visible repository to ``dest`` (must not exist) and return ``dest``."""
+        shutil.copytree(self.repo_dir, dest, symlinks=True)
+        return dest
+
+    def apply_fix(self, repo: Path) -> None:
+        """Write the known fix (the original mutated file) into ``repo``; the oracle's action."""
+        src = self.fix_dir / self.mutation.file
+        shutil.copyfile(src, repo / self.mutation.file)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``task.json`` document."""
+        doc = asdict(self)
+        doc.pop("root")
+        doc = {"format": TASK_FORMAT, "version": _VERSION, **doc}
+        for key in ("fail_to_pass", "pass_to_pass", "hidden_files", "python_path", "test_command"):
+            doc[key] = list(doc[key])
+        return doc
+
+
+def _tuple_of_str(doc: dict[str, Any], key: str, path: str) -> tuple[str, ...]:
+    value = doc.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise FormatError(path, 1, f"{key!r} must be a list of strings")
+    return tuple(value)
+
+
+def load_task(folder: Path) -> Task:
+    """Read ``folder/task.json``; raise FormatError on a malformed file."""
+    path = folder / "task.json"
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{folder}: not a task folder (no task.json)") from None
+    except json.JSONDecodeError as exc:
+        raise FormatError(str(path), exc.lineno, f"invalid JSON: {exc.msg}") from None
+    if not isinstance(doc, dict) or doc.get("format") != TASK_FORMAT:
+        raise FormatError(str(path), 1, f"not a {TASK_FORMAT} file")
+    if doc.get("version") != _VERSION:
+        raise FormatError(str(path), 1, f"unsupported version {doc.get('version')!r}")
+    try:
+        mut = doc["mutation"]
+        mutation = Mutation(
+            file=str(mut["file"]),
+            line=int(mut["line"]),
+            end_line=int(mut["end_line"]),
+            operator=str(mut["operator"]),
+            original=str(mut["original"]),
+            mutated=str(mut["mutated"]),
+        )
+        return Task(
+            id=str(doc["id"]),
+            package=str(doc["package"]),
+            package_version=str(doc["package_version"]),
+            issue=str(doc["issue"]),
+            fail_to_pass=_tuple_of_str(doc, "fail_to_pass", str(path)),
+            pass_to_pass=_tuple_of_str(doc, "pass_to_pass", str(path)),
+            hidden_files=_tuple_of_str(doc, "hidden_files", str(path)),
+            mutation=mutation,
+            python_path=_tuple_of_str(doc, "python_path", str(path)),
+            test_command=_tuple_of_str(doc, "test_command", str(path)),
+            root=folder,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise FormatError(str(path), 1, f"bad task: {exc}") from None
+
+
+def save_task(task: Task) -> None:
+    """Write ``task.root/task.json`` (the file trees are written by the builder)."""
+    doc = task.to_json()
+    task.root.mkdir(parents=True, exist_ok=True)
+    (task.root / "task.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def write_suite_index(suite: Path, task_ids: list[str], meta: dict[str, Any]) -> None:
+    """Write ``suite/suite.json`` listing the tasks in order, with free-form ``meta``."""
+    doc = {"format": SUITE_FORMAT, "version": _VERSION, "tasks": task_ids, "meta": meta}
+    (suite / "suite.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def list_suite(suite: Path) -> list[str]:
+    """Task ids of a suite, from ``suite.json`` (or the task folders, sorted, if it is absent)."""
+    index = suite / "suite.json"
+    if index.exists():
+        try:
+            doc = json.loads(index.read_text())
+        except json.JSONDecodeError as exc:
+            raise FormatError(str(index), exc.lineno, f"invalid JSON: {exc.msg}") from None
+        if not isinstance(doc, dict) or doc.get("format") != SUITE_FORMAT:
+            raise FormatError(str(index), 1, f"not a {SUITE_FORMAT} file")
+        return [str(t) for t in doc["tasks"]]
+    if not suite.is_dir():
+        raise UserError(
+            f"{suite}: no such suite directory (build one with `kvharness env build-suite`)"
+        )
+    return sorted(p.name for p in suite.iterdir() if (p / "task.json").exists())
+
+
+def load_suite(suite: Path) -> list[Task]:
+    """All tasks of a suite, in suite order."""
+    return [load_task(suite / task_id) for task_id in list_suite(suite)]
