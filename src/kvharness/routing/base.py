@@ -59,6 +59,12 @@ class ReplicaState:
     pending_prefill_tokens: int = 0
     """Prompt tokens admitted but not yet prefilled (after prefix-cache hits)."""
     healthy: bool = True
+    cached_blocks: int = 0
+    """Blocks in the replica's prefix cache, in use or free-but-cached (0 when unknown)."""
+    prefill_tokens_per_s: float = 0.0
+    """Estimated prefill throughput, prompt tokens per second (0 when unknown). The owner of the
+    replicas sets it from its cost model (sim) or from measured prefill times (gateway); policies
+    that estimate queueing delay in seconds use it."""
 
     @property
     def outstanding(self) -> int:
