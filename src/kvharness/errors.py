@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["FormatError", "UserError"]
+__all__ = ["FormatError", "UserError", "decode_error_message"]
 
 
 class UserError(Exception):
@@ -17,3 +17,12 @@ class FormatError(UserError):
         self.line = line
         self.reason = message
         super().__init__(f"{path}:{line}: {message}")
+
+
+def decode_error_message(err: Exception) -> str:
+    """One line for a msgspec decode error: schema faults as msgspec words them, else bad JSON."""
+    import msgspec
+
+    if isinstance(err, msgspec.ValidationError):
+        return str(err)
+    return f"bad JSON: {err}"

@@ -191,10 +191,9 @@ def block_tokens(
     """The ``block_size`` token ids of a block, drawn from ``[low, vocab_size)`` by its hash."""
     if not 0 <= low < vocab_size:
         raise ValueError(f"need 0 <= low < vocab_size, got low={low}, vocab_size={vocab_size}")
-    base = np.uint64(block_hash & _MASK64) * np.uint64(0x100000001B3)
-    idx = np.arange(block_size, dtype=np.uint64)
+    base = np.uint64((block_hash * 0x100000001B3) & _MASK64)
     with np.errstate(over="ignore"):
-        mixed = _splitmix64(idx + base)
+        mixed = _splitmix64(np.arange(block_size, dtype=np.uint64) + base)
     span = np.uint64(vocab_size - low)
     return (mixed % span).astype(np.int64) + low
 

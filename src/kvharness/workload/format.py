@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from kvharness.errors import FormatError
+from kvharness.errors import FormatError, decode_error_message
 from kvharness.workload.chain import BlockChain
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 
@@ -158,7 +158,7 @@ def _session_from_wire(w: _Session, block_size: int, where: str, lineno: int) ->
     try:
         return Session(w.id, tuple(turns), w.start, w.group)
     except ValueError as err:
-        raise FormatError(where, lineno, str(err)) from None
+        raise FormatError(where, lineno, decode_error_message(err)) from None
 
 
 def load(path: str | Path) -> Workload:
@@ -193,7 +193,7 @@ def load(path: str | Path) -> Workload:
             try:
                 w = _session_decoder.decode(line)
             except msgspec.DecodeError as err:
-                raise FormatError(where, lineno, str(err)) from None
+                raise FormatError(where, lineno, decode_error_message(err)) from None
             if w.id in ids:
                 raise FormatError(where, lineno, f"duplicate session id {w.id!r}")
             ids.add(w.id)

@@ -1,0 +1,138 @@
+"""``kvharness workload``: inspect and convert agent-session workloads."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from kvharness.workload import format as wformat
+from kvharness.workload.load import load_workload
+from kvharness.workload.model import Workload
+from kvharness.workload.stats import Distribution, WorkloadStats, workload_stats
+from kvharness.workload.synthetic import SyntheticConfig
+
+HELP = "inspect and convert agent-session workloads (traces, trajectories, synthetic)"
+
+_SPEC_HELP = (
+    "workload: a kvharness workload file, a Mooncake/AIPerf hash_ids JSONL trace, a SWE-agent "
+    ".traj file or folder, or 'synthetic[:key=value,...]' (default: synthetic)"
+)
+
+
+def _synthetic_epilog() -> str:
+    lines = ["synthetic options (synthetic:key=value,...):"]
+    for f in dataclasses.fields(SyntheticConfig):
+        lines.append(f"  {f.name:<20} {f.metadata['help']} (default {f.default})")
+    return "\n".join(lines)
+
+
+def _add_source_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", nargs="?", default="synthetic", metavar="WORKLOAD", help=_SPEC_HELP)
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=512,
+        help="block size of hash_ids traces in tokens (default: 512, Mooncake's)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="PATH",
+        help="tokenizer.json (or its folder) for SWE-agent trajectories "
+        "(default: a built-in approximation, no download)",
+    )
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("workload", help=HELP, description=HELP)
+    sub = parser.add_subparsers(dest="workload_command", metavar="ACTION", required=True)
+
+    stats = sub.add_parser(
+        "stats",
+        help="requests, sessions, lengths, gaps, appends and the ideal prefix-hit ratio",
+        description="Statistics of a workload: requests, sessions, turns per session, "
+        "input/output lengths, gaps, per-turn appends, prompt growth by turn, and the ideal "
+        "prefix-cache hit ratio (an infinite cache on one replica), token- and block-weighted.",
+        epilog=_synthetic_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_source_options(stats)
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.set_defaults(func=_run_stats)
+
+    convert = sub.add_parser(
+        "convert",
+        help="write any workload source in kvharness's own workload format",
+        description="Load a workload from any source and save it in kvharness's versioned "
+        "workload format (docs/workload-format.md), e.g. to freeze a synthetic workload.",
+        epilog=_synthetic_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_source_options(convert)
+    convert.add_argument("output", help="path of the workload file to write")
+    convert.set_defaults(func=_run_convert)
+
+
+def _load(args: argparse.Namespace) -> Workload:
+    return load_workload(args.spec, block_size=args.block_size, tokenizer=args.tokenizer)
+
+
+def _run_convert(args: argparse.Namespace) -> int:
+    workload = _load(args)
+    wformat.save(workload, args.output)
+    print(f"wrote {len(workload.sessions)} sessions, {workload.num_turns} turns to {args.output}")
+    return 0
+
+
+def _dist_row(table: Table, label: str, d: Distribution, unit: str = "", digits: int = 0) -> None:
+    fmt = f"{{:,.{digits}f}}"
+    table.add_row(label, *(fmt.format(v) + unit for v in (d.mean, d.p50, d.p90, d.p99, d.max)))
+
+
+def render_stats(s: WorkloadStats, console: Console) -> None:
+    head = Table(title=f"workload {s.name}", show_header=False, box=None)
+    head.add_column(style="bold")
+    head.add_column(justify="right")
+    head.add_row("requests (turns)", f"{s.requests:,}")
+    head.add_row("sessions", f"{s.sessions:,}")
+    head.add_row("multi-turn sessions", f"{s.multi_turn_sessions:,}")
+    head.add_row("input / output tokens", f"{s.total_input_tokens:,} / {s.total_output_tokens:,}")
+    head.add_row("block size", f"{s.block_size}")
+    head.add_row("ideal prefix-hit ratio (tokens)", f"{s.ideal_hit_ratio_tokens:.1%}")
+    head.add_row("ideal prefix-hit ratio (blocks)", f"{s.ideal_hit_ratio_blocks:.1%}")
+    console.print(head)
+
+    dist = Table(title="distributions")
+    for col in ("", "mean", "p50", "p90", "p99", "max"):
+        dist.add_column(col, justify="left" if not col else "right")
+    _dist_row(dist, "turns per session", s.turns_per_session)
+    _dist_row(dist, "turns per multi-turn session", s.turns_per_multi_turn_session)
+    _dist_row(dist, "input tokens", s.input_tokens)
+    _dist_row(dist, "output tokens", s.output_tokens)
+    _dist_row(dist, "append tokens per turn", s.append_tokens)
+    _dist_row(dist, "gap before turn (s)", s.gap_seconds, digits=2)
+    console.print(dist)
+
+    growth = Table(title="median prompt tokens by turn index (k = 1,000)", box=box.SIMPLE)
+    shown = s.prompt_tokens_by_turn[:10]
+    for i in range(len(shown)):
+        growth.add_column(str(i), justify="right")
+    growth.add_row(*(f"{v / 1000:.1f}k" for v in shown))
+    console.print(growth)
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    stats = workload_stats(_load(args))
+    if args.json:
+        json.dump(stats.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_stats(stats, Console())
+    return 0
