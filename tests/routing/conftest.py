@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import pytest
 
 from kvharness.routing.base import ReplicaState, RouteRequest
 
 
-def cluster(
+def _cluster(
     n: int, capacity_blocks: int = 1000, block_size: int = 16, **fields: int
 ) -> list[ReplicaState]:
     """``n`` idle healthy replicas named r0..r{n-1}; ``fields`` set on all of them."""
@@ -17,7 +19,7 @@ def cluster(
     ]
 
 
-def request(
+def _request(
     blocks: Sequence[int],
     session: str | None = None,
     rid: str = "q",
@@ -33,3 +35,13 @@ def request(
         prompt_tokens=len(blocks) * block_size + tail,
         max_output_tokens=out,
     )
+
+
+@pytest.fixture
+def cluster() -> Callable[..., list[ReplicaState]]:
+    return _cluster
+
+
+@pytest.fixture
+def req() -> Callable[..., RouteRequest]:
+    return _request
