@@ -1,19 +1,155 @@
-"""`kvharness report`."""
+"""`kvharness report`: read run directories (sim or bench), show one, compare several."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
+
+import msgspec
+from rich.console import Console
 
 from kvharness.errors import UserError
 
-HELP = "report"
+HELP = "show a run's report, or compare runs side by side (sim or bench run directories)"
+
+_RUN_DIR_HELP = (
+    "run directory written by `kvharness sim` or `kvharness bench` "
+    "(records.jsonl, config.json, summary.json, report.html)"
+)
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("report", help=HELP, description=HELP)
-    parser.set_defaults(func=run)
+    sub = parser.add_subparsers(dest="report_command", metavar="ACTION")
+    parser.set_defaults(func=lambda _args: _no_action(parser))
+
+    show = sub.add_parser(
+        "show",
+        help="one run: latency, goodput, time breakdown, cache hits, errors",
+        description="Print the report of one run, recomputed from its records.jsonl.",
+    )
+    show.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
+    show.add_argument("--json", action="store_true", help="print the summary as JSON instead")
+    show.add_argument("--html", metavar="OUT", help="also write the HTML report to OUT")
+    _deadline(show)
+    show.set_defaults(func=run_show)
+
+    cmp = sub.add_parser(
+        "compare",
+        help="runs side by side with changes against the first (better/worse marked)",
+        description=(
+            "Lay runs side by side (bench or sim, same schema): goodput, TTFT p50/p99, makespan, "
+            "cached vs ideal tokens, errors, with each change against the baseline run marked "
+            "better, worse or same."
+        ),
+    )
+    cmp.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help=_RUN_DIR_HELP)
+    cmp.add_argument("--json", action="store_true", help="print the comparison as JSON instead")
+    cmp.add_argument("--html", metavar="OUT", help="also write an HTML report overlaying the runs")
+    cmp.add_argument(
+        "--baseline",
+        type=int,
+        default=0,
+        metavar="N",
+        help="index of the run the others are compared against (default 0: the first given)",
+    )
+    cmp.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.01,
+        metavar="FRAC",
+        help="relative change counted as 'same' (default 0.01 = 1%%)",
+    )
+    cmp.add_argument(
+        "--rows",
+        action="store_true",
+        help="one row per run instead of one column per run (suits many runs, e.g. policies)",
+    )
+    _deadline(cmp)
+    cmp.set_defaults(func=run_compare)
 
 
-def run(args: argparse.Namespace) -> int:
-    raise UserError("not available yet")
+def _deadline(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="session deadline for goodput (default: the one each run was recorded with)",
+    )
+
+
+def _no_action(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _console() -> Console:
+    # Wide enough for a comparison of several runs when the output is not a terminal.
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return Console(width=width, highlight=False)
+
+
+def _check_deadline(deadline: float | None) -> None:
+    if deadline is not None and not deadline > 0:
+        raise UserError(f"--deadline must be > 0 seconds, got {deadline:g}")
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from kvharness.report.html import write_html
+    from kvharness.report.io import load_run
+    from kvharness.report.table import render_summary
+
+    _check_deadline(args.deadline)
+    run = load_run(args.run_dir)
+    summary = run.summarise(args.deadline)
+    if args.json:
+        sys.stdout.write(summary.to_json().decode() + "\n")
+    else:
+        _console().print(render_summary(summary))
+    if args.html:
+        out = write_html(args.html, [(summary, run.records)])
+        print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from kvharness.report.compare import compare
+    from kvharness.report.html import write_html
+    from kvharness.report.io import load_run
+    from kvharness.report.table import render_comparison
+
+    _check_deadline(args.deadline)
+    if not 0 <= args.baseline < len(args.run_dirs):
+        raise UserError(f"--baseline {args.baseline}: give 0..{len(args.run_dirs) - 1}")
+    if not 0 <= args.tolerance < 1:
+        raise UserError(f"--tolerance must be in [0, 1), got {args.tolerance:g}")
+    runs = [load_run(d) for d in args.run_dirs]
+    deadline = args.deadline
+    if deadline is None:
+        deadlines = {r.deadline for r in runs}
+        if len(deadlines) > 1:
+            listed = ", ".join(f"{r.label}: {r.deadline}" for r in runs)
+            raise UserError(f"runs have different deadlines ({listed}); pass --deadline SECONDS")
+        deadline = deadlines.pop()
+    summaries = [r.summarise(deadline) for r in runs]
+    labels = [s.label for s in summaries]
+    if len(set(labels)) < len(labels):  # same directory names: tell them apart by position
+        summaries = [
+            msgspec.structs.replace(s, label=f"{i}:{s.label}") for i, s in enumerate(summaries)
+        ]
+    if args.json:
+        cmp = compare(summaries, baseline=args.baseline, tolerance=args.tolerance)
+        sys.stdout.write(cmp.to_json().decode() + "\n")
+    else:
+        _console().print(
+            render_comparison(
+                summaries, args.baseline, rows_are_runs=args.rows, tolerance=args.tolerance
+            )
+        )
+    if args.html:
+        order = [args.baseline] + [i for i in range(len(runs)) if i != args.baseline]
+        out = write_html(args.html, [(summaries[i], runs[i].records) for i in order])
+        print(f"wrote {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,2 @@
+# The report tests open the HTML report in headless Chromium (Debian package).
+APT_PACKAGES += chromium

@@ -1,0 +1,163 @@
+"""Runs side by side: the metrics that matter week after week, their deltas against a baseline, and
+whether each change is better or worse. Shared by the terminal table, the HTML report and JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal, NamedTuple
+
+import msgspec
+
+from kvharness.report.metrics import Summary
+
+__all__ = ["KEY_METRICS", "Comparison", "MetricDelta", "MetricSpec", "compare", "fmt_value"]
+
+Better = Literal["higher", "lower", "none"]
+Verdict = Literal["baseline", "better", "worse", "same", "n/a"]
+
+
+class MetricSpec(NamedTuple):
+    key: str
+    label: str
+    unit: str
+    """``s`` (seconds), ``ratio`` (0..1, shown as a percentage), ``/h``, ``count`` or ``x``."""
+    better: Better
+    """Which way is an improvement; ``none`` for properties of the workload, not of the serving."""
+    get: Callable[[Summary], float | None]
+
+
+def _errors(s: Summary) -> float:
+    return float(s.error_count)
+
+
+KEY_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("goodput", "goodput (sessions/h in deadline)", "/h", "higher", lambda s: s.goodput),
+    MetricSpec(
+        "sessions_completed", "sessions completed", "count", "higher",
+        lambda s: float(s.sessions_completed),
+    ),
+    MetricSpec("ttft_p50", "TTFT p50", "s", "lower", lambda s: s.ttft.p50),
+    MetricSpec("ttft_p99", "TTFT p99", "s", "lower", lambda s: s.ttft.p99),
+    MetricSpec("itl_mean", "inter-token latency mean", "s", "lower", lambda s: s.itl.mean),
+    MetricSpec("e2e_p50", "end-to-end p50", "s", "lower", lambda s: s.e2e.p50),
+    MetricSpec("makespan_p50", "session makespan p50", "s", "lower", lambda s: s.makespan.p50),
+    MetricSpec("makespan_p90", "session makespan p90", "s", "lower", lambda s: s.makespan.p90),
+    MetricSpec(
+        "cached_ratio", "cached / prompt tokens", "ratio", "higher",
+        lambda s: s.cache.achieved_ratio,
+    ),
+    MetricSpec(
+        "ideal_ratio", "ideal cached / prompt", "ratio", "none", lambda s: s.cache.ideal_ratio
+    ),
+    MetricSpec(
+        "achieved_vs_ideal", "cached vs ideal", "ratio", "higher",
+        lambda s: s.cache.achieved_vs_ideal,
+    ),
+    MetricSpec("errors", "errors (failed attempts)", "count", "lower", _errors),
+    MetricSpec("lag_p99", "client send lag p99", "s", "lower", lambda s: s.lag.p99),
+    MetricSpec("imbalance", "replica load max/mean", "x", "lower", lambda s: s.imbalance),
+)  # fmt: skip
+
+
+class MetricDelta(msgspec.Struct, frozen=True):
+    """One metric across runs; ``delta``/``pct`` are against the baseline run (None there)."""
+
+    key: str
+    label: str
+    unit: str
+    better: str
+    values: list[float | None]
+    delta: list[float | None]
+    pct: list[float | None]
+    """Relative change in percent; None when the baseline value is 0 or missing."""
+    verdict: list[str]
+
+
+class Comparison(msgspec.Struct, frozen=True):
+    baseline: int
+    labels: list[str]
+    deadline: float | None
+    tolerance: float
+    metrics: list[MetricDelta]
+    warnings: list[str]
+
+    def to_json(self) -> bytes:
+        return msgspec.json.format(msgspec.json.encode(self), indent=2)
+
+
+def _verdict(base: float | None, v: float | None, better: Better, tolerance: float) -> Verdict:
+    if base is None or v is None:
+        return "n/a"
+    if abs(v - base) <= tolerance * abs(base) or v == base:
+        return "same"
+    if better == "none":
+        return "n/a"
+    return "better" if (v > base) == (better == "higher") else "worse"
+
+
+def compare(
+    summaries: Sequence[Summary], *, baseline: int = 0, tolerance: float = 0.01
+) -> Comparison:
+    """Compare runs against ``summaries[baseline]``; a change within ``tolerance`` (relative, 0.01
+    = 1%) of the baseline is ``same``. Warns when the runs cannot be compared like for like."""
+    if not summaries:
+        raise ValueError("nothing to compare")
+    if not 0 <= baseline < len(summaries):
+        raise ValueError(f"baseline {baseline} is not one of the {len(summaries)} runs")
+    base = summaries[baseline]
+    metrics = []
+    for spec in KEY_METRICS:
+        values = [spec.get(s) for s in summaries]
+        b = values[baseline]
+        delta: list[float | None] = []
+        pct: list[float | None] = []
+        verdict: list[str] = []
+        for i, v in enumerate(values):
+            if i == baseline:
+                delta.append(None)
+                pct.append(None)
+                verdict.append("baseline")
+                continue
+            delta.append(None if v is None or b is None else v - b)
+            pct.append(None if v is None or not b else 100.0 * (v - b) / abs(b))
+            verdict.append(_verdict(b, v, spec.better, tolerance))
+        metrics.append(
+            MetricDelta(spec.key, spec.label, spec.unit, spec.better, values, delta, pct, verdict)
+        )
+    warnings = []
+    for s in summaries:
+        if s.deadline != base.deadline:
+            warnings.append(
+                f"{s.label}: deadline {s.deadline} s differs from {base.label}'s {base.deadline} s;"
+                " goodput is not comparable"
+            )
+        bi, si = base.cache.ideal_ratio, s.cache.ideal_ratio
+        if bi is not None and si is not None and abs(bi - si) > 0.02:
+            warnings.append(
+                f"{s.label}: ideal cache ratio {si:.1%} vs {bi:.1%} in {base.label}:"
+                " the runs may not have replayed the same workload"
+            )
+    return Comparison(
+        baseline=baseline,
+        labels=[s.label for s in summaries],
+        deadline=base.deadline,
+        tolerance=tolerance,
+        metrics=metrics,
+        warnings=warnings,
+    )
+
+
+def fmt_value(v: float | None, unit: str) -> str:
+    """Human form of a value: seconds as ms below 1 s, ratios as percent."""
+    if v is None:
+        return "-"
+    if unit == "s":
+        return f"{v * 1e3:.1f} ms" if abs(v) < 1 else f"{v:.2f} s"
+    if unit == "ratio":
+        return f"{100 * v:.1f}%"
+    if unit == "count":
+        return f"{v:.0f}"
+    if unit == "x":
+        return f"{v:.2f}x"
+    return f"{v:.1f}{unit}" if unit != "/h" else f"{v:.1f}/h"

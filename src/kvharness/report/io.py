@@ -1,0 +1,207 @@
+"""The run directory, shared by ``sim`` and ``bench``::
+
+    <run>/records.jsonl   one TurnRecord per line, appended as turns complete (the source of truth)
+    <run>/config.json     the resolved configuration that produced the run (any JSON object)
+    <run>/summary.json    the Summary computed from the records (derived; recomputable)
+    <run>/report.html     the self-contained HTML report (derived)
+
+``config.json`` may carry ``"label"`` (the run's name in comparisons; default: the directory name)
+and ``"deadline"`` (seconds, for goodput). Reports are always recomputed from ``records.jsonl``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from kvharness.errors import FormatError, UserError
+from kvharness.report.html import write_html
+from kvharness.report.metrics import Summary, summarise
+from kvharness.report.records import TurnRecord, write_records
+
+__all__ = [
+    "CONFIG",
+    "RECORDS",
+    "REPORT",
+    "SUMMARY",
+    "RunData",
+    "check_record",
+    "load_run",
+    "read_run_records",
+    "write_run_report",
+]
+
+RECORDS = "records.jsonl"
+CONFIG = "config.json"
+SUMMARY = "summary.json"
+REPORT = "report.html"
+
+_decoder = msgspec.json.Decoder(TurnRecord)
+_EPS = 1e-9  # seconds of slack when checking that a record's times run forwards
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunData:
+    """A run directory as read by :func:`load_run`."""
+
+    path: Path
+    records: list[TurnRecord]
+    config: dict[str, Any]
+    saved: Summary | None
+    """``summary.json`` as written with the run, if present."""
+
+    @property
+    def label(self) -> str:
+        label = self.config.get("label")
+        return label if isinstance(label, str) and label else self.path.resolve().name
+
+    @property
+    def deadline(self) -> float | None:
+        if self.saved is not None:
+            return self.saved.deadline
+        d = self.config.get("deadline")
+        return float(d) if isinstance(d, int | float) and not isinstance(d, bool) else None
+
+    def summarise(self, deadline: float | None = None) -> Summary:
+        """Summary recomputed from the records, with ``deadline`` or else the run's own."""
+        return summarise(
+            self.records, deadline=deadline if deadline is not None else self.deadline,
+            label=self.label,
+        )  # fmt: skip
+
+
+def check_record(r: TurnRecord) -> str | None:
+    """Why a decoded record cannot be right (times running backwards, negative counts), or None."""
+    if r.turn < 0 or r.attempt < 0:
+        return "turn and attempt must be >= 0"
+    for name in ("prompt_tokens", "ideal_cached_tokens", "output_tokens"):
+        if getattr(r, name) < 0:
+            return f"{name} must be >= 0"
+    if r.cached_tokens is not None and r.cached_tokens < 0:
+        return "cached_tokens must be >= 0"
+    chain = [("sent", r.sent), ("scheduled", r.scheduled), ("first_token", r.first_token),
+             ("done", r.done)]  # fmt: skip
+    known = [(n, t) for n, t in chain if t is not None]
+    for (n0, t0), (n1, t1) in itertools.pairwise(known):
+        if t1 < t0 - _EPS:
+            return f"time runs backwards: {n1} ({t1}) < {n0} ({t0})"
+    if r.error is None and r.done is None:
+        return "a record without error must have done"
+    return None
+
+
+def read_run_records(path: str | Path) -> list[TurnRecord]:
+    """Read and check a records file; a bad line raises :class:`FormatError` with file:line. A torn
+    final line (a run killed mid-write, no newline after it) is ignored."""
+    where = str(path)
+    out = []
+    with Path(path).open("rb") as f:
+        lines = f.readlines()
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            r = _decoder.decode(line)
+        except msgspec.DecodeError as err:
+            if lineno == len(lines) and not line.endswith(b"\n"):
+                break
+            raise FormatError(where, lineno, f"bad record: {err}") from None
+        why = check_record(r)
+        if why is not None:
+            raise FormatError(where, lineno, f"bad record: {why}")
+        out.append(r)
+    return out
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise FormatError(str(path), err.lineno, f"bad JSON: {err.msg}") from None
+    except UnicodeDecodeError as err:
+        raise FormatError(str(path), 1, f"not UTF-8 text: {err.reason}") from None
+    if not isinstance(data, dict):
+        raise FormatError(str(path), 1, "expected a JSON object")
+    return data
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run directory; clear one-line errors when it is missing or malformed."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UserError(f"{path}: no such run directory")
+    records_path = path / RECORDS
+    if not records_path.is_file():
+        raise UserError(f"{path}: not a run directory (no {RECORDS})")
+    records = read_run_records(records_path)
+    config = _read_json_object(path / CONFIG) if (path / CONFIG).is_file() else {}
+    saved = None
+    if (path / SUMMARY).is_file():
+        raw = (path / SUMMARY).read_bytes()
+        try:
+            saved = Summary.from_json(raw)
+        except msgspec.DecodeError as err:
+            # summary.json is derived; a stale or damaged one is an error all the same, so that a
+            # reader is not shown numbers from a file that does not say what it claims.
+            raise FormatError(str(path / SUMMARY), 1, f"bad summary: {err}") from None
+    return RunData(path, records, config, saved)
+
+
+def _builtins(config: Any) -> dict[str, Any]:
+    data = msgspec.to_builtins(config)
+    if not isinstance(data, dict):
+        raise TypeError(f"config must be a mapping or a struct/dataclass, got {type(config)}")
+    return data
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_run_report(
+    run_dir: str | Path,
+    records: Sequence[TurnRecord] | None,
+    config: Mapping[str, Any] | Any,
+    deadline: float | None = None,
+    *,
+    label: str | None = None,
+    expected_turns: Mapping[str, int] | None = None,
+) -> Summary:
+    """Write a run directory's files and return its summary.
+
+    ``records=None`` reads the ``records.jsonl`` already there (the bench appends it as it goes);
+    otherwise it is (over)written with ``records``. ``config`` (a mapping, msgspec Struct or
+    dataclass) is saved as ``config.json`` with ``deadline`` and ``label`` added when given.
+    ``summary.json`` and ``report.html`` are rewritten. Creates ``run_dir`` if needed.
+    """
+    path = Path(run_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    if records is None:
+        records = read_run_records(path / RECORDS)
+    else:
+        tmp = path / (RECORDS + ".tmp")
+        write_records(tmp, records)
+        os.replace(tmp, path / RECORDS)
+    cfg = _builtins(config)
+    if deadline is not None:
+        cfg["deadline"] = deadline
+    if label is not None:
+        cfg["label"] = label
+    _atomic_write(path / CONFIG, msgspec.json.format(msgspec.json.encode(cfg), indent=2))
+    run = RunData(path, list(records), cfg, None)
+    summary = summarise(
+        run.records, deadline=deadline if deadline is not None else run.deadline,
+        label=run.label, expected_turns=expected_turns,
+    )  # fmt: skip
+    _atomic_write(path / SUMMARY, summary.to_json())
+    write_html(path / REPORT, [(summary, run.records)])
+    return summary

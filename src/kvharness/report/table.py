@@ -1,0 +1,168 @@
+"""Terminal tables (rich) for one run and for several runs side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from kvharness.report.compare import Comparison, MetricDelta, compare, fmt_value
+from kvharness.report.metrics import Dist, Summary
+
+__all__ = ["render_comparison", "render_summary"]
+
+_MARK = {"better": ("better", "green"), "worse": ("worse", "red"), "same": ("same", "dim")}
+_BY_TURN_ROWS = 12
+
+
+def _dist_row(table: Table, name: str, d: Dist, unit: str = "s") -> None:
+    table.add_row(
+        name,
+        str(d.n),
+        *(fmt_value(x, unit) for x in (d.mean, d.p50, d.p90, d.p99, d.max)),
+    )
+
+
+def _latency_table(s: Summary) -> Table:
+    t = Table(title="Latency per turn (successful attempts)", title_justify="left")
+    for col in ("metric", "n", "mean", "p50", "p90", "p99", "max"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    _dist_row(t, "TTFT", s.ttft)
+    _dist_row(t, "inter-token latency", s.itl)
+    _dist_row(t, "end-to-end", s.e2e)
+    _dist_row(t, "client send lag", s.lag)
+    _dist_row(t, "session makespan", s.makespan)
+    return t
+
+
+def _sessions_table(s: Summary) -> Table:
+    t = Table(title="Sessions and cache", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    deadline = "none" if s.deadline is None else f"{s.deadline:g} s"
+    c = s.cache
+    rows = [
+        ("sessions (completed / all)", f"{s.sessions_completed} / {s.sessions}"),
+        (f"completed within deadline ({deadline})", str(s.sessions_within_deadline)),
+        ("run span", fmt_value(s.span, "s")),
+        ("goodput", fmt_value(s.goodput, "/h")),
+        ("turns ok / attempts", f"{s.turns_ok} / {s.records}"),
+        ("output tokens", str(s.output_tokens)),
+        ("cached / prompt tokens", f"{fmt_value(c.achieved_ratio, 'ratio')} ({c.cached_tokens})"),
+        ("ideal / prompt tokens", f"{fmt_value(c.ideal_ratio, 'ratio')} ({c.ideal_cached_tokens})"),
+        ("cached vs ideal", fmt_value(c.achieved_vs_ideal, "ratio")),
+    ]
+    if c.unreported:
+        rows.append(("turns without cached-token report", str(c.unreported)))
+    if len(s.replicas) > 1:
+        rows.append(
+            (f"replica load max/mean ({len(s.replicas)} replicas)", fmt_value(s.imbalance, "x"))
+        )
+    for cause, n in s.errors.items():
+        rows.append((f"errors: {cause}", str(n)))
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def _breakdown_table(s: Summary) -> Table | None:
+    if s.breakdown is None:
+        return None
+    t = Table(title="Where a completed session's time went (mean)", title_justify="left")
+    t.add_column("part")
+    t.add_column("seconds", justify="right")
+    t.add_column("share", justify="right")
+    total = s.breakdown.total
+    for k, v in s.breakdown.parts().items():
+        if v or k in ("tool", "decode"):
+            t.add_row(
+                k.replace("_", "+"), f"{v:.3f}", fmt_value(v / total if total else None, "ratio")
+            )
+    t.add_row("total = makespan mean", f"{total:.3f}", "100.0%", style="bold")
+    return t
+
+
+def _by_turn_table(s: Summary) -> Table | None:
+    if not s.by_turn:
+        return None
+    t = Table(title="By turn index", title_justify="left")
+    for col in ("turn", "n", "TTFT p50", "TTFT p90", "cached", "ideal"):
+        t.add_column(col, justify="right")
+    rows = s.by_turn
+    if len(rows) > _BY_TURN_ROWS:  # first turns and the last, where the growth shows
+        rows = rows[: _BY_TURN_ROWS - 2] + rows[-2:]
+    for b in rows:
+        t.add_row(
+            str(b.turn),
+            str(b.n),
+            fmt_value(b.ttft_p50, "s"),
+            fmt_value(b.ttft_p90, "s"),
+            fmt_value(b.cached_ratio, "ratio"),
+            fmt_value(b.ideal_ratio, "ratio"),
+        )
+    return t
+
+
+def render_summary(summary: Summary) -> RenderableType:
+    """The report of one run: latency, sessions/goodput/cache/errors, breakdown, by turn index."""
+    parts: list[RenderableType] = [
+        Text(f"run: {summary.label}", style="bold"),
+        _latency_table(summary),
+        _sessions_table(summary),
+    ]
+    parts += [t for t in (_breakdown_table(summary), _by_turn_table(summary)) if t is not None]
+    if summary.records == 0:
+        parts.append(Text("no records: nothing was measured", style="yellow"))
+    return Group(*parts)
+
+
+def _cell(m: MetricDelta, i: int) -> Text:
+    text = Text(fmt_value(m.values[i], m.unit))
+    verdict = m.verdict[i]
+    if verdict == "baseline" or m.delta[i] is None:
+        return text
+    d = m.delta[i]
+    assert d is not None
+    arrow = "↑" if d > 0 else "↓" if d < 0 else "="
+    pct = m.pct[i]
+    change = f"{abs(pct):.1f}%" if pct is not None else (fmt_value(abs(d), m.unit) if d else "")
+    text.append(f" {arrow}{change}")
+    if verdict in _MARK:
+        word, style = _MARK[verdict]
+        text.append(f" {word}", style=style)
+        text.stylize(style)
+    return text
+
+
+def render_comparison(
+    summaries: Sequence[Summary],
+    baseline: int = 0,
+    *,
+    rows_are_runs: bool = False,
+    tolerance: float = 0.01,
+) -> RenderableType:
+    """Runs side by side with each value's change against ``summaries[baseline]``, marked better /
+    worse / same (within ``tolerance``). Columns are runs, or rows are runs (the sim's policy table)
+    with ``rows_are_runs``."""
+    cmp: Comparison = compare(summaries, baseline=baseline, tolerance=tolerance)
+    title = f"Runs compared against {cmp.labels[baseline]!r}"
+    if rows_are_runs:
+        t = Table(title=title, title_justify="left")
+        t.add_column("run")
+        for m in cmp.metrics:
+            t.add_column(m.label, justify="right")
+        for i, label in enumerate(cmp.labels):
+            t.add_row(label, *(_cell(m, i) for m in cmp.metrics))
+    else:
+        t = Table(title=title, title_justify="left")
+        t.add_column("metric")
+        t.add_column("better", justify="center")
+        for label in cmp.labels:
+            t.add_column(label, justify="right")
+        for m in cmp.metrics:
+            t.add_row(m.label, m.better, *(_cell(m, i) for i in range(len(cmp.labels))))
+    parts: list[RenderableType] = [t]
+    parts += [Text(f"warning: {w}", style="yellow") for w in cmp.warnings]
+    return Group(*parts)
