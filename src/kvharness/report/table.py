@@ -118,20 +118,21 @@ def render_summary(summary: Summary) -> RenderableType:
     return Group(*parts)
 
 
-def _cell(m: MetricDelta, i: int) -> Text:
+def _cell(m: MetricDelta, i: int, sep: str = " ") -> Text:
+    """A value with its change against the baseline: ``750.0 ms ↓25.0% better``."""
     text = Text(fmt_value(m.values[i], m.unit))
-    verdict = m.verdict[i]
-    if verdict == "baseline" or m.delta[i] is None:
+    verdict, d, pct = m.verdict[i], m.delta[i], m.pct[i]
+    if verdict == "baseline" or d is None:
         return text
-    d = m.delta[i]
-    assert d is not None
-    arrow = "↑" if d > 0 else "↓" if d < 0 else "="
-    pct = m.pct[i]
-    change = f"{abs(pct):.1f}%" if pct is not None else (fmt_value(abs(d), m.unit) if d else "")
-    text.append(f" {arrow}{change}")
+    if verdict == "same":
+        text.append(f"{sep}= same", style="dim")
+        return text
+    arrow = "↑" if d > 0 else "↓"
+    change = f"{abs(pct):.1f}%" if pct is not None else fmt_value(abs(d), m.unit)
+    text.append(f"{sep}{arrow}{change}")
     if verdict in _MARK:
         word, style = _MARK[verdict]
-        text.append(f" {word}", style=style)
+        text.append(f" {word}")
         text.stylize(style)
     return text
 
@@ -154,7 +155,7 @@ def render_comparison(
         for m in cmp.metrics:
             t.add_column(m.label, justify="right")
         for i, label in enumerate(cmp.labels):
-            t.add_row(label, *(_cell(m, i) for m in cmp.metrics))
+            t.add_row(label, *(_cell(m, i, sep="\n") for m in cmp.metrics))
     else:
         t = Table(title=title, title_justify="left")
         t.add_column("metric")

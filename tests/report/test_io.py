@@ -1,0 +1,126 @@
+"""The run directory: writing a report, reading it back, and one-line errors for bad runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from kvharness.errors import FormatError, UserError
+from kvharness.report.io import load_run, read_run_records, write_run_report
+from kvharness.report.metrics import Summary
+from kvharness.report.records import RecordWriter, TurnRecord
+
+Rec = Callable[..., TurnRecord]
+
+
+@dataclass(frozen=True)
+class _Config:
+    policy: str
+    replicas: int
+
+
+def test_write_then_load_run(tmp_path: Path, records: list[TurnRecord]) -> None:
+    run = tmp_path / "runs" / "week-1"
+    summary = write_run_report(run, records, _Config("round_robin", 2), deadline=10.0)
+    assert sorted(p.name for p in run.iterdir()) == [
+        "config.json", "records.jsonl", "report.html", "summary.json",
+    ]  # fmt: skip
+    assert msgspec.json.decode((run / "config.json").read_bytes()) == {
+        "policy": "round_robin", "replicas": 2, "deadline": 10.0,
+    }  # fmt: skip
+    assert Summary.from_json((run / "summary.json").read_bytes()) == summary
+    assert summary.label == "week-1" and summary.goodput == pytest.approx(300.0)
+    loaded = load_run(run)
+    assert loaded.records == records
+    assert (loaded.label, loaded.deadline, loaded.saved) == ("week-1", 10.0, summary)
+    assert loaded.summarise() == summary
+    assert loaded.summarise(12.0).goodput == pytest.approx(600.0)
+    assert "plot-ttft-cdf" in (run / "report.html").read_text()
+
+
+def test_write_run_report_reads_appended_records(tmp_path: Path, records: list[TurnRecord]) -> None:
+    # The bench appends records.jsonl as it goes, then asks for the report with records=None.
+    with RecordWriter(tmp_path / "records.jsonl") as w:
+        for r in records:
+            w.write(r)
+    s = write_run_report(tmp_path, None, {"label": "live"})
+    assert (s.label, s.records, s.sessions_completed) == ("live", 7, 2)
+    assert load_run(tmp_path).records == records
+
+
+def test_missing_run_dir(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no such run directory"):
+        load_run(tmp_path / "nope")
+    with pytest.raises(UserError, match=r"not a run directory \(no records.jsonl\)"):
+        load_run(tmp_path)
+
+
+def _write_lines(path: Path, lines: list[bytes]) -> None:
+    path.write_bytes(b"".join(lines))
+
+
+def test_bad_record_line_names_file_and_line(tmp_path: Path, records: list[TurnRecord]) -> None:
+    good = [msgspec.json.encode(r) + b"\n" for r in records[:2]]
+    path = tmp_path / "records.jsonl"
+    _write_lines(path, [*good, b"\n", b'{"session": "x"}\n', good[0]])
+    with pytest.raises(FormatError, match=r"records.jsonl:4: bad record: Object missing required"):
+        load_run(tmp_path)
+    _write_lines(path, [good[0], b"not json\n"])
+    with pytest.raises(FormatError) as err:
+        read_run_records(path)
+    assert (err.value.path, err.value.line) == (str(path), 2)
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        (dict(sent=2.0, first_token=1.0, done=3.0), r"first_token \(1.0\) < sent \(2.0\)"),
+        (dict(first_token=2.0, done=1.0), r"done \(1.0\) < first_token \(2.0\)"),
+        (dict(scheduled=3.0, first_token=2.0, done=4.0), r"first_token \(2.0\) < scheduled"),
+        (dict(done=1.0, prompt_tokens=-1), "prompt_tokens must be >= 0"),
+        (dict(done=1.0, cached_tokens=-5), "cached_tokens must be >= 0"),
+        (dict(first_token=1.0), "a record without error must have done"),
+    ],
+)
+def test_impossible_record_is_an_error(
+    tmp_path: Path, rec: Rec, fields: dict[str, float], why: str
+) -> None:
+    path = tmp_path / "records.jsonl"
+    ok = rec("s", 0, first_token=1.0, done=2.0)
+    _write_lines(
+        path, [msgspec.json.encode(ok) + b"\n", msgspec.json.encode(rec("s", 1, **fields)) + b"\n"]
+    )
+    with pytest.raises(FormatError, match=f"records.jsonl:2: bad record: .*{why}"):
+        read_run_records(path)
+
+
+def test_torn_last_line_is_ignored(tmp_path: Path, records: list[TurnRecord]) -> None:
+    path = tmp_path / "records.jsonl"
+    whole = msgspec.json.encode(records[0]) + b"\n"
+    _write_lines(path, [whole, msgspec.json.encode(records[1])[:20]])  # killed mid-write
+    assert read_run_records(path) == [records[0]]
+
+
+def test_bad_config_and_summary(tmp_path: Path, records: list[TurnRecord]) -> None:
+    write_run_report(tmp_path, records, {})
+    (tmp_path / "config.json").write_text('{\n  "label": "x",\n  oops\n}\n')
+    with pytest.raises(FormatError, match=r"config.json:3: bad JSON"):
+        load_run(tmp_path)
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(FormatError, match=r"config.json:1: expected a JSON object"):
+        load_run(tmp_path)
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "summary.json").write_text('{"label": 3}')
+    with pytest.raises(FormatError, match=r"summary.json:1: bad summary"):
+        load_run(tmp_path)
+
+
+def test_run_without_config_or_summary(tmp_path: Path, records: list[TurnRecord]) -> None:
+    _write_lines(tmp_path / "records.jsonl", [msgspec.json.encode(r) + b"\n" for r in records])
+    run = load_run(tmp_path)
+    assert (run.config, run.saved, run.deadline, run.label) == ({}, None, None, tmp_path.name)
+    assert run.summarise().sessions == 3
