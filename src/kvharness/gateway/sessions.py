@@ -1,0 +1,251 @@
+"""Incremental prompt hashing per agent session.
+
+An agent's next prompt is its last prompt plus a few appended messages. :class:`PromptHasher`
+keeps, per session, the last prompt's text, token ids and block hashes, and for a new prompt
+re-tokenises only from the last *added token* (a chat template's ``<|start_header|>``-like marker)
+at or before the first character that differs, then re-hashes only the blocks from there on.
+Added tokens are cut out of the text before pre-tokenisation, so tokenising from one of them gives
+exactly the tokens a full tokenisation would; prompts without one are tokenised in full.
+
+Sessions are found by the ``x-session-id`` header, or, for chat requests without one, by their
+messages: a request whose first ``k`` messages are the last request's messages continues it
+(found through a fingerprint of message ``k - 1`` and message 0, then checked on the text).
+Memory is bounded by ``max_tokens`` kept over all sessions (least recently used dropped first).
+Not thread-safe; no clocks.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from kvharness.gateway.hashing import ROOT_HASH, chain_hashes
+from kvharness.gateway.tokenizer import EngineTokenizer
+
+__all__ = ["HashedPrompt", "HasherStats", "PromptHasher", "common_prefix_len"]
+
+_MAX_APPENDED_MESSAGES = 32
+"""How many trailing messages a continuation may append and still be found without a header."""
+
+
+class HashedPrompt(NamedTuple):
+    block_hashes: tuple[int, ...]
+    """Gateway hashes of the prompt's full blocks at the engine block size."""
+    num_tokens: int
+    token_ids: Sequence[int]
+    reused_tokens: int
+    """Tokens taken from the session's previous prompt instead of being tokenised again."""
+
+
+@dataclass(slots=True)
+class HasherStats:
+    prompts: int = 0
+    incremental: int = 0
+    tokens_total: int = 0
+    tokens_reused: int = 0
+    verified: int = 0
+    mismatches: int = 0
+    """Incremental results that differed from full tokenisation (the full result was used)."""
+
+
+@dataclass(slots=True)
+class _State:
+    text: str | None
+    ids: array[int]
+    specials: list[tuple[int, int]]
+    hashes: list[int]
+    key: tuple[int, int, int] | None = None
+
+
+def common_prefix_len(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings (O(n log n) in C, not per character)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 64:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while lo < hi and a[lo] == b[lo]:
+        lo += 1
+    return lo
+
+
+def _fingerprint(message: Mapping[str, Any]) -> int:
+    return hash((message.get("role"), str(message.get("content")), message.get("tool_call_id")))
+
+
+def _message_key(messages: Sequence[Mapping[str, Any]], k: int) -> tuple[int, int, int]:
+    return (k, _fingerprint(messages[k - 1]), _fingerprint(messages[0]))
+
+
+@dataclass(slots=True)
+class PromptHasher:
+    """Tokenises and hashes prompts as the engine would, reusing each session's last prompt.
+
+    ``block_size`` is the engines' KV block size (tokens). ``verify_every`` > 0 also tokenises
+    every n-th incremental prompt in full and counts mismatches (a self-check; costs time).
+    Mutates its session table and ``stats``.
+    """
+
+    tokenizer: EngineTokenizer | None
+    block_size: int
+    max_tokens: int = 20_000_000
+    verify_every: int = 0
+    stats: HasherStats = field(default_factory=HasherStats)
+    _sessions: OrderedDict[object, _State] = field(default_factory=OrderedDict)
+    _by_messages: dict[tuple[int, int, int], object] = field(default_factory=dict)
+    _kept_tokens: int = 0
+
+    # --- entry points -------------------------------------------------------------------
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        session_id: str | None,
+        *,
+        tools: Sequence[Any] | None = None,
+        add_generation_prompt: bool = True,
+        extra: Mapping[str, Any] | None = None,
+    ) -> HashedPrompt:
+        """Hash a chat prompt (messages with string contents). Raises TemplateError, ValueError."""
+        tok = self._need_tokenizer()
+        if tok.template is None:
+            raise ValueError("the model has no chat template; chat requests cannot be hashed")
+        text = tok.template.render(
+            messages, tools=tools, add_generation_prompt=add_generation_prompt, extra=extra
+        )
+        sid: object = session_id
+        state = self._sessions.get(sid) if sid is not None else None
+        if state is None and len(messages) > 1:
+            state, found = self._find_by_messages(messages)
+            if sid is None:
+                sid = found
+        result, new_state = self._text(text, state, add_special_tokens=False)
+        new_state.key = _message_key(messages, len(messages))
+        self._keep(sid if sid is not None else ("m", new_state.key), new_state)
+        return result
+
+    def completion_text(self, text: str, session_id: str | None) -> HashedPrompt:
+        """Hash a text completion prompt (tokenised with the tokenizer's special tokens)."""
+        self._need_tokenizer()
+        state = self._sessions.get(session_id) if session_id is not None else None
+        result, new_state = self._text(text, state, add_special_tokens=True)
+        if session_id is not None:
+            self._keep(session_id, new_state)
+        return result
+
+    def completion_ids(self, ids: Sequence[int], session_id: str | None) -> HashedPrompt:
+        """Hash a token-id prompt; with a session, only blocks past the common prefix."""
+        bs = self.block_size
+        state = self._sessions.get(session_id) if session_id is not None else None
+        new_ids = array("I", ids)
+        keep = 0
+        if state is not None and state.text is None:
+            old = state.ids
+            limit = min(len(old), len(new_ids)) // bs
+            while (
+                keep < limit
+                and old[keep * bs : (keep + 1) * bs] == new_ids[keep * bs : (keep + 1) * bs]
+            ):
+                keep += 1
+            keep = min(keep, len(state.hashes))
+        hashes = state.hashes[:keep] if state is not None else []
+        parent = hashes[-1] if hashes else ROOT_HASH
+        hashes = hashes + chain_hashes(new_ids, bs, parent, keep * bs)
+        self._count(len(new_ids), keep * bs)
+        if session_id is not None:
+            self._keep(session_id, _State(None, new_ids, [], hashes))
+        return HashedPrompt(tuple(hashes), len(new_ids), new_ids, keep * bs)
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _need_tokenizer(self) -> EngineTokenizer:
+        if self.tokenizer is None:
+            raise ValueError("no tokenizer configured: text prompts cannot be hashed")
+        return self.tokenizer
+
+    def _find_by_messages(
+        self, messages: Sequence[Mapping[str, Any]]
+    ) -> tuple[_State | None, object]:
+        stop = max(0, len(messages) - 1 - _MAX_APPENDED_MESSAGES)
+        for k in range(len(messages) - 1, stop, -1):
+            sid = self._by_messages.get(_message_key(messages, k))
+            if sid is not None:
+                state = self._sessions.get(sid)
+                if state is not None:
+                    return state, sid
+        return None, None
+
+    def _text(
+        self, text: str, state: _State | None, *, add_special_tokens: bool
+    ) -> tuple[HashedPrompt, _State]:
+        tok = self._need_tokenizer()
+        bs = self.block_size
+        restart = None
+        if state is not None and state.text is not None:
+            d = common_prefix_len(state.text, text)
+            for i, c in reversed(state.specials):
+                if c <= d:
+                    restart = (i, c)
+                    break
+        if restart is None:
+            enc = tok.encode(text, add_special_tokens=add_special_tokens)
+            ids = array("I", enc.ids)
+            new = _State(text, ids, enc.specials, chain_hashes(ids, bs))
+            self._count(len(ids), 0)
+            return HashedPrompt(tuple(new.hashes), len(ids), ids, 0), new
+        assert state is not None
+        i, c = restart
+        tail = tok.encode(text[c:], add_special_tokens=False)
+        ids = state.ids[:i]
+        ids.extend(tail.ids)
+        specials = [s for s in state.specials if s[0] < i]
+        specials += [(i + j, c + off) for j, off in tail.specials]
+        keep = min(i // bs, len(state.hashes))
+        hashes = state.hashes[:keep]
+        hashes += chain_hashes(ids, bs, hashes[-1] if hashes else ROOT_HASH, keep * bs)
+        self.stats.incremental += 1
+        if self.verify_every and self.stats.incremental % self.verify_every == 0:
+            self.stats.verified += 1
+            full = tok.encode(text, add_special_tokens=add_special_tokens)
+            if full.ids != ids.tolist():
+                self.stats.mismatches += 1
+                ids = array("I", full.ids)
+                specials = full.specials
+                hashes = chain_hashes(ids, bs)
+                i = 0
+        self._count(len(ids), i)
+        new = _State(text, ids, specials, hashes)
+        return HashedPrompt(tuple(hashes), len(ids), ids, i), new
+
+    def _count(self, total: int, reused: int) -> None:
+        self.stats.prompts += 1
+        self.stats.tokens_total += total
+        self.stats.tokens_reused += reused
+
+    def _keep(self, sid: object, state: _State) -> None:
+        old = self._sessions.pop(sid, None)
+        if old is not None:
+            self._forget(sid, old)
+        self._sessions[sid] = state
+        self._kept_tokens += len(state.ids)
+        if state.key is not None:
+            self._by_messages[state.key] = sid
+        while self._kept_tokens > self.max_tokens and len(self._sessions) > 1:
+            dropped_sid, dropped = self._sessions.popitem(last=False)
+            self._forget(dropped_sid, dropped)
+
+    def _forget(self, sid: object, state: _State) -> None:
+        self._kept_tokens -= len(state.ids)
+        if state.key is not None and self._by_messages.get(state.key) == sid:
+            del self._by_messages[state.key]
+
+    def __len__(self) -> int:
+        return len(self._sessions)

@@ -1,0 +1,152 @@
+"""Gateway test helpers: a real ZMQ publisher speaking vLLM's KV-event schema.
+
+The structs below restate vLLM 0.32's wire schema (``vllm/distributed/kv_events.py``): the batch is
+an array-like struct, events are tagged structs encoded as maps with a ``type`` key; older vLLM
+encoded events as tagged arrays, which ``array_events=True`` reproduces.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import msgspec
+import pytest
+import zmq
+
+
+class Batch(msgspec.Struct, array_like=True, omit_defaults=True):
+    ts: float
+    events: list[Any]
+    data_parallel_rank: int | None = None
+
+
+class Stored(msgspec.Struct, tag="BlockStored", omit_defaults=True):
+    block_hashes: list[int | bytes]
+    parent_block_hash: int | bytes | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None = None
+    medium: str | None = None
+    lora_name: str | None = None
+
+
+class Removed(msgspec.Struct, tag="BlockRemoved", omit_defaults=True):
+    block_hashes: list[int | bytes]
+    medium: str | None = None
+
+
+class Cleared(msgspec.Struct, tag="AllBlocksCleared"):
+    pass
+
+
+class StoredA(msgspec.Struct, tag="BlockStored", array_like=True):
+    block_hashes: list[int | bytes]
+    parent_block_hash: int | bytes | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+
+
+class RemovedA(msgspec.Struct, tag="BlockRemoved", array_like=True):
+    block_hashes: list[int | bytes]
+    medium: str | None
+
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode_batch(events: list[Any], ts: float | None = None) -> bytes:
+    return _encoder.encode(Batch(time.time() if ts is None else ts, events, 0))
+
+
+class Publisher:
+    """A PUB socket (bound or connecting, as vLLM does) plus an optional replay ROUTER that
+    answers like vLLM's: ``[id, b"", start]`` -> ``[id, b"", seq, payload]``... then END."""
+
+    def __init__(self, endpoint: str, *, bind: bool, replay: str | None = None, topic: str = "kv"):
+        self.ctx = zmq.Context()
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        if bind:
+            self.pub.bind(endpoint)
+        else:
+            self.pub.connect(endpoint)
+        self.topic = topic.encode()
+        self.seq = 0
+        self.buffer: deque[tuple[int, bytes]] = deque(maxlen=1000)
+        self._stop = threading.Event()
+        self._thread = None
+        if replay is not None:
+            self.router = self.ctx.socket(zmq.ROUTER)
+            self.router.setsockopt(zmq.LINGER, 0)
+            self.router.bind(replay)
+            self._thread = threading.Thread(target=self._serve_replay, daemon=True)
+            self._thread.start()
+
+    def send(self, events: list[Any], *, drop: bool = False, ts: float | None = None) -> int:
+        """Publish one batch (``drop``: number it and buffer it, but do not send: a lost one)."""
+        seq = self.seq
+        self.seq += 1
+        payload = encode_batch(events, ts)
+        self.buffer.append((seq, payload))
+        if not drop:
+            self.pub.send_multipart([self.topic, seq.to_bytes(8, "big"), payload])
+        return seq
+
+    def send_raw(self, frames: list[bytes]) -> None:
+        self.pub.send_multipart(frames)
+
+    def _serve_replay(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.router, zmq.POLLIN)
+        while not self._stop.is_set():
+            if not poller.poll(50):
+                continue
+            ident, _, start = self.router.recv_multipart()
+            first = int.from_bytes(start, "big")
+            for seq, payload in list(self.buffer):
+                if seq >= first:
+                    self.router.send_multipart([ident, b"", seq.to_bytes(8, "big"), payload])
+            self.router.send_multipart([ident, b"", (-1).to_bytes(8, "big", signed=True), b""])
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self.router.close(0)
+        self.pub.close(0)
+        self.ctx.term()
+
+
+@pytest.fixture
+def publishers() -> Any:
+    made: list[Publisher] = []
+
+    def make(endpoint: str, **kw: Any) -> Publisher:
+        p = Publisher(endpoint, **kw)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close()
+
+
+@pytest.fixture
+def kv_schema() -> Any:
+    """vLLM's event structs and the batch encoder, for tests to build messages with."""
+    import types
+
+    return types.SimpleNamespace(
+        Stored=Stored,
+        Removed=Removed,
+        Cleared=Cleared,
+        StoredA=StoredA,
+        RemovedA=RemovedA,
+        Batch=Batch,
+        encode_batch=encode_batch,
+    )

@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvharness.gateway.hashing import chain_hashes
+from kvharness.gateway.sessions import PromptHasher, common_prefix_len
+from kvharness.gateway.tokenizer import (
+    ChatTemplate,
+    EngineTokenizer,
+    TemplateError,
+    load_engine_tokenizer,
+)
+
+TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "swe-agent"
+BS = 128
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir: Path) -> EngineTokenizer:
+    return load_engine_tokenizer(tiny_model_dir)
+
+
+def conversations() -> list[tuple[str, list[dict[str, Any]]]]:
+    out = []
+    for path in sorted(TRACES.glob("*.traj")):
+        history = json.loads(path.read_text())["history"]
+        msgs = [
+            {
+                "role": m["role"]
+                if m["role"] in ("system", "user", "assistant", "tool")
+                else "user",
+                "content": m["content"]
+                if isinstance(m["content"], str)
+                else json.dumps(m["content"]),
+            }
+            for m in history
+        ]
+        out.append((path.name, msgs))
+    return out
+
+
+def test_real_traces_present() -> None:
+    assert len(conversations()) >= 20
+
+
+def test_incremental_equals_full_on_real_agent_trajectories(tok: EngineTokenizer) -> None:
+    """Every SWE-agent trajectory, replayed call by call: incremental hashes == full ones."""
+    for name, msgs in conversations()[:8]:
+        inc = PromptHasher(tok, BS)
+        prev = 0
+        for k in range(2, len(msgs) + 1):
+            if msgs[k - 1]["role"] == "assistant":
+                continue
+            got = inc.chat(msgs[:k], "s")
+            # Only the generation prompt (3 tokens here) and what follows is tokenised again.
+            assert got.reused_tokens >= prev - 3, (name, k)
+            prev = got.num_tokens
+            text = tok.template.render(msgs[:k]) if tok.template else ""
+            ids = tok.encode_ids(text)
+            assert list(got.token_ids) == ids, (name, k)
+            assert list(got.block_hashes) == chain_hashes(ids, BS), (name, k)
+        assert inc.stats.incremental == inc.stats.prompts - 1
+
+
+def test_session_found_by_messages_without_header(tok: EngineTokenizer) -> None:
+    _, msgs = conversations()[0]
+    h = PromptHasher(tok, BS)
+    h.chat(msgs[:3], None)
+    h.chat(msgs[:6], None)
+    assert h.stats.incremental == 1 and len(h) == 1
+    # A different conversation is not mistaken for it.
+    _, other = conversations()[1]
+    h.chat(other[:3], None)
+    assert h.stats.incremental == 1 and len(h) == 2
+
+
+def test_edited_history_still_matches_full(tok: EngineTokenizer) -> None:
+    _, msgs = conversations()[2]
+    h = PromptHasher(tok, BS, verify_every=1)
+    h.chat(msgs[:8], "s")
+    edited = [*msgs[:3], {"role": "user", "content": "summary of earlier steps"}, *msgs[8:10]]
+    got = h.chat(edited, "s")
+    assert list(got.token_ids) == tok.encode_ids(
+        tok.template.render(edited) if tok.template else ""
+    )
+    assert h.stats.mismatches == 0 and h.stats.verified == 1
+
+
+def test_token_id_prompts_reuse_common_blocks() -> None:
+    h = PromptHasher(None, 4)
+    a = list(range(10))
+    b = [*range(8), 99, 98, 97, 96, 95]
+    h.completion_ids(a, "s")
+    got = h.completion_ids(b, "s")
+    assert list(got.block_hashes) == chain_hashes(b, 4)
+    assert got.reused_tokens == 8 and got.num_tokens == 13
+
+
+def test_text_completions_add_special_tokens(tok: EngineTokenizer) -> None:
+    h = PromptHasher(tok, 4)
+    got = h.completion_text("def f(x):\n    return x", None)
+    assert list(got.token_ids) == tok.encode_ids("def f(x):\n    return x", add_special_tokens=True)
+    assert got.token_ids[0] == 0  # the tiny tokenizer's BOS
+
+
+def test_memory_bound_drops_least_recent(tok: EngineTokenizer) -> None:
+    h = PromptHasher(None, 4, max_tokens=25)
+    for s in range(5):
+        h.completion_ids(list(range(10)), f"s{s}")
+    assert len(h) == 2
+
+
+def test_errors_are_reasons(tok: EngineTokenizer) -> None:
+    with pytest.raises(ValueError, match="no tokenizer"):
+        PromptHasher(None, 4).chat([{"role": "user", "content": "x"}], None)
+    strict = ChatTemplate(
+        "{% if messages[0]['role'] != 'system' %}{{ raise_exception('system first') }}{% endif %}"
+    )
+    with pytest.raises(TemplateError, match="system first"):
+        PromptHasher(EngineTokenizer(tok.path, strict), 4).chat([{"role": "user"}], None)
+    with pytest.raises(TemplateError, match="ZeroDivisionError"):
+        ChatTemplate("{{ 1 // 0 }}").render([])
+    with pytest.raises(ValueError, match="no chat template"):
+        PromptHasher(EngineTokenizer(tok.path), 4).chat([{"role": "user", "content": "x"}], None)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "n"),
+    [("", "", 0), ("abc", "abd", 2), ("x" * 1000 + "a", "x" * 1000 + "b", 1000), ("ab", "abc", 2)],
+)
+def test_common_prefix_len(a: str, b: str, n: int) -> None:
+    assert common_prefix_len(a, b) == n
