@@ -124,3 +124,15 @@ def test_run_without_config_or_summary(tmp_path: Path, records: list[TurnRecord]
     run = load_run(tmp_path)
     assert (run.config, run.saved, run.deadline, run.label) == ({}, None, None, tmp_path.name)
     assert run.summarise().sessions == 3
+
+
+def test_expected_turns_are_kept_with_the_run(tmp_path: Path, records: list[TurnRecord]) -> None:
+    # The workload gave b 3 turns; the run stopped after 2: b is not completed, then or later.
+    s = write_run_report(tmp_path, records, {}, expected_turns={"a": 3, "b": 3, "c": 1})
+    assert s.sessions_completed == 1
+    run = load_run(tmp_path)
+    assert run.expected_turns == {"a": 3, "b": 3, "c": 1}
+    assert run.summarise().sessions_completed == 1
+    (tmp_path / "expected_turns.json").write_text('{"a": "x"}')
+    with pytest.raises(FormatError, match=r"expected_turns.json:1: bad expected turns"):
+        load_run(tmp_path)

@@ -4,6 +4,8 @@
     <run>/config.json     the resolved configuration that produced the run (any JSON object)
     <run>/summary.json    the Summary computed from the records (derived; recomputable)
     <run>/report.html     the self-contained HTML report (derived)
+    <run>/expected_turns.json   optional: {session id: turns in the workload}, so that a session
+                          a run did not finish is not counted as completed when records are re-read
 
 ``config.json`` may carry ``"label"`` (the run's name in comparisons; default: the directory name)
 and ``"deadline"`` (seconds, for goodput). Reports are always recomputed from ``records.jsonl``.
@@ -28,6 +30,7 @@ from kvharness.report.records import TurnRecord, write_records
 
 __all__ = [
     "CONFIG",
+    "EXPECTED",
     "RECORDS",
     "REPORT",
     "SUMMARY",
@@ -42,6 +45,7 @@ RECORDS = "records.jsonl"
 CONFIG = "config.json"
 SUMMARY = "summary.json"
 REPORT = "report.html"
+EXPECTED = "expected_turns.json"
 
 _decoder = msgspec.json.Decoder(TurnRecord)
 _EPS = 1e-9  # seconds of slack when checking that a record's times run forwards
@@ -56,6 +60,8 @@ class RunData:
     config: dict[str, Any]
     saved: Summary | None
     """``summary.json`` as written with the run, if present."""
+    expected_turns: dict[str, int] | None = None
+    """``expected_turns.json``, if present."""
 
     @property
     def label(self) -> str:
@@ -73,7 +79,7 @@ class RunData:
         """Summary recomputed from the records, with ``deadline`` or else the run's own."""
         return summarise(
             self.records, deadline=deadline if deadline is not None else self.deadline,
-            label=self.label,
+            label=self.label, expected_turns=self.expected_turns,
         )  # fmt: skip
 
 
@@ -151,7 +157,13 @@ def load_run(run_dir: str | Path) -> RunData:
             # summary.json is derived; a stale or damaged one is an error all the same, so that a
             # reader is not shown numbers from a file that does not say what it claims.
             raise FormatError(str(path / SUMMARY), 1, f"bad summary: {err}") from None
-    return RunData(path, records, config, saved)
+    expected = None
+    if (path / EXPECTED).is_file():
+        try:
+            expected = msgspec.json.decode((path / EXPECTED).read_bytes(), type=dict[str, int])
+        except msgspec.DecodeError as err:
+            raise FormatError(str(path / EXPECTED), 1, f"bad expected turns: {err}") from None
+    return RunData(path, records, config, saved, expected)
 
 
 def _builtins(config: Any) -> dict[str, Any]:
@@ -180,7 +192,8 @@ def write_run_report(
 
     ``records=None`` reads the ``records.jsonl`` already there (the bench appends it as it goes);
     otherwise it is (over)written with ``records``. ``config`` (a mapping, msgspec Struct or
-    dataclass) is saved as ``config.json`` with ``deadline`` and ``label`` added when given.
+    dataclass) is saved as ``config.json`` with ``deadline`` and ``label`` added when given;
+    ``expected_turns`` (session id -> turns in the workload) as ``expected_turns.json``.
     ``summary.json`` and ``report.html`` are rewritten. Creates ``run_dir`` if needed.
     """
     path = Path(run_dir)
@@ -197,11 +210,12 @@ def write_run_report(
     if label is not None:
         cfg["label"] = label
     _atomic_write(path / CONFIG, msgspec.json.format(msgspec.json.encode(cfg), indent=2))
-    run = RunData(path, list(records), cfg, None)
-    summary = summarise(
-        run.records, deadline=deadline if deadline is not None else run.deadline,
-        label=run.label, expected_turns=expected_turns,
-    )  # fmt: skip
+    if expected_turns is not None:
+        _atomic_write(path / EXPECTED, msgspec.json.encode(dict(expected_turns)))
+    run = RunData(
+        path, list(records), cfg, None, None if expected_turns is None else dict(expected_turns)
+    )
+    summary = run.summarise(deadline)
     _atomic_write(path / SUMMARY, summary.to_json())
     write_html(path / REPORT, [(summary, run.records)])
     return summary
