@@ -1,0 +1,89 @@
+"""Request bodies for turns, built as bytes with little work per request.
+
+Hash-only turns become ``/v1/completions`` requests whose ``prompt`` is the materialised token-id
+list; each block's ids are encoded to JSON once and reused, so a growing prompt costs a join of
+cached fragments. Turns with messages become ``/v1/chat/completions`` requests whose messages are the
+session's messages so far (turn ``i`` sends the messages of turns ``0..i``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from kvharness.workload.chain import BlockChain, block_tokens
+from kvharness.workload.model import Session
+
+__all__ = ["CHAT", "COMPLETIONS", "PayloadBuilder"]
+
+COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
+
+_enc = msgspec.json.Encoder()
+
+
+class PayloadBuilder:
+    """Builds (path, body) for a turn. Holds a cache of JSON fragments per (block hash, length);
+    memory grows with the distinct blocks sent."""
+
+    __slots__ = ("_blocks", "_low", "_tail", "_vocab", "model")
+
+    def __init__(self, model: str, vocab_size: int, *, ignore_eos: bool = True, low: int = 0):
+        self._vocab = vocab_size
+        self._low = low
+        self._blocks: dict[tuple[int, int], bytes] = {}
+        tail = b',"stream":true,"stream_options":{"include_usage":true}'
+        if ignore_eos:
+            tail += b',"ignore_eos":true'
+        self._tail = tail
+        self.model: bytes = _enc.encode(model)
+
+    def prompt_ids_json(self, chain: BlockChain) -> bytes:
+        """The chain's token ids as a JSON array body (without brackets)."""
+        parts = []
+        get = self._blocks.get
+        for i, h in enumerate(chain.hashes):
+            n = chain.block_len(i)
+            frag = get((h, n))
+            if frag is None:
+                ids = block_tokens(h, chain.block_size, self._vocab, self._low)[:n]
+                frag = b",".join(b"%d" % x for x in ids.tolist())
+                self._blocks[(h, n)] = frag
+            parts.append(frag)
+        return b",".join(parts)
+
+    def completions(self, chain: BlockChain, max_tokens: int) -> bytes:
+        return b"".join(
+            (
+                b'{"model":', self.model, b',"prompt":[', self.prompt_ids_json(chain),
+                b'],"max_tokens":%d' % max_tokens, self._tail, b"}",
+            )
+        )  # fmt: skip
+
+    def chat(self, messages_json: bytes, max_tokens: int) -> bytes:
+        """``messages_json``: the encoded messages, comma-joined, without brackets."""
+        return b"".join(
+            (
+                b'{"model":', self.model, b',"messages":[', messages_json,
+                b'],"max_tokens":%d' % max_tokens, self._tail, b"}",
+            )
+        )  # fmt: skip
+
+    def request(self, session: Session, index: int, history: Sequence[bytes]) -> tuple[str, bytes]:
+        """(path, body) of turn ``index``. ``history[i]`` is turn ``i``'s messages encoded (see
+        :func:`encode_messages`); only used for message turns."""
+        turn = session.turns[index]
+        max_tokens = max(1, turn.output_tokens)
+        if turn.messages is None:
+            return COMPLETIONS, self.completions(turn.input, max_tokens)
+        return CHAT, self.chat(b",".join(h for h in history[: index + 1] if h), max_tokens)
+
+
+def encode_messages(session: Session) -> list[bytes]:
+    """Each turn's appended messages as comma-joined JSON objects (b"" when it has none)."""
+    out = []
+    for t in session.turns:
+        msgs = t.messages or ()
+        out.append(b",".join(_enc.encode(dict(m)) for m in msgs))
+    return out

@@ -1,0 +1,269 @@
+"""A bench run end to end: run directory, configuration, server metrics, records, report.
+
+Run directory (see :mod:`kvharness.report.io`)::
+
+    config.json    the resolved BenchConfig (written first; ``--resume`` reads it back)
+    records.jsonl  one TurnRecord per attempt, appended as each ends
+    metrics.json   server counters before/after each pass, and their deltas
+    bench.json     client-side figures records cannot hold (inter-chunk gaps, counts)
+    summary.json, report.html   the report (when :mod:`kvharness.report` is available)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import time
+import urllib.error
+import urllib.request
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from kvharness.bench import scrape
+from kvharness.bench.config import BenchConfig
+from kvharness.bench.progress import live_progress
+from kvharness.bench.runner import Counts, Runner, finished_turns
+from kvharness.bench.transport import HttpTransport
+from kvharness.errors import UserError
+from kvharness.report.records import RecordWriter, TurnRecord, read_records
+from kvharness.workload.ideal import IdealCache
+from kvharness.workload.model import Session, Workload
+
+__all__ = ["BenchResult", "load_bench_workload", "reset_prefix_cache", "run_bench"]
+
+CONFIG = "config.json"
+RECORDS = "records.jsonl"
+
+
+@dataclass(slots=True)
+class BenchResult:
+    """Outcome of one run (all passes, resumes included, as read back from its records)."""
+
+    run_dir: Path
+    turns_total: int
+    turns_ok: int
+    attempts_failed: int
+    errors: dict[str, int]
+    sessions_abandoned: int
+    records: list[TurnRecord] = field(default_factory=list)
+    summary: Any = None
+    """The report's Summary when :mod:`kvharness.report.metrics` is available."""
+    server: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def turns_failed(self) -> int:
+        return self.turns_total - self.turns_ok
+
+    def failure_line(self) -> str | None:
+        """One line saying why the run is a failure, or None when every turn succeeded."""
+        if self.turns_failed == 0:
+            return None
+        causes = ", ".join(f"{k}: {v}" for k, v in sorted(self.errors.items())) or "not run"
+        return (
+            f"{self.turns_failed} of {self.turns_total} turns failed ({causes}); records in "
+            f"{self.run_dir / RECORDS}; finish with `kvharness bench --resume {self.run_dir}`"
+        )
+
+
+def load_bench_workload(cfg: BenchConfig) -> Workload:
+    """The config's workload (first ``max_sessions`` sessions)."""
+    try:
+        from kvharness.workload.load import load_workload
+    except ImportError:  # the loaders are not there yet: the project's own format only
+        from kvharness.workload.format import load as load_file
+
+        def load_workload(
+            spec: str, *, block_size: int = 512, tokenizer: str | None = None
+        ) -> Workload:
+            return load_file(spec)
+
+    w = load_workload(cfg.workload, block_size=cfg.workload_block_size, tokenizer=cfg.tokenizer)
+    if cfg.max_sessions is not None:
+        w = Workload(w.sessions[: cfg.max_sessions], w.block_size, w.name, w.arrival, w.meta)
+    if not w.sessions:
+        raise UserError(f"workload {cfg.workload!r} has no sessions")
+    return w
+
+
+def _get_json(url: str, timeout: float = 10.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def discover_model(target: str) -> str:
+    """The first model a server lists at /v1/models."""
+    try:
+        data = _get_json(target.rstrip("/") + "/v1/models")
+        name = data["data"][0]["id"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as err:
+        raise UserError(f"cannot list models at {target}/v1/models ({err}); pass --model") from None
+    if not isinstance(name, str):
+        raise UserError(f"{target}/v1/models lists no model name; pass --model")
+    return name
+
+
+def reset_prefix_cache(target: str) -> bool:
+    """Ask a vLLM server to drop its prefix cache (POST /reset_prefix_cache, a vLLM dev-mode
+    endpoint); False when the server does not offer it."""
+    req = urllib.request.Request(target.rstrip("/") + "/reset_prefix_cache", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            status: int = resp.status
+            return 200 <= status < 300
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _save_config(run_dir: Path, cfg: BenchConfig) -> None:
+    (run_dir / CONFIG).write_bytes(msgspec.json.format(msgspec.json.encode(cfg), indent=2) + b"\n")
+
+
+def load_config(run_dir: Path) -> BenchConfig:
+    path = run_dir / CONFIG
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=BenchConfig)
+    except FileNotFoundError:
+        raise UserError(f"{run_dir} is not a bench run directory (no {CONFIG})") from None
+    except msgspec.DecodeError as err:
+        raise UserError(f"{path}: {err}") from None
+
+
+def _rebuild_ideal(workload: Workload, records: list[TurnRecord]) -> IdealCache:
+    """The ideal cache as it stood after the finished turns (visited in the order they went)."""
+    by_id: dict[str, Session] = {s.id: s for s in workload.sessions}
+    ideal = IdealCache()
+    for r in sorted((r for r in records if r.ok), key=lambda r: r.sent):
+        s = by_id.get(r.session)
+        if s is not None and r.turn < len(s.turns):
+            ideal.insert(s.turns[r.turn].input)
+    return ideal
+
+
+async def _run(
+    cfg: BenchConfig, workload: Workload, run_dir: Path, previous: list[TurnRecord], progress: bool
+) -> tuple[Counts, dict[str, Any], array[float]]:
+    loop = asyncio.get_running_loop()
+    origin = loop.time() - (time.time() - cfg.started_at)
+
+    def clock() -> float:
+        return loop.time() - origin
+
+    gaps: array[float] = array("d")
+    before = await scrape.scrape_all(cfg.targets) if cfg.scrape_metrics else {}
+    transport = HttpTransport(
+        clock, timeout=cfg.retry.timeout, connect_timeout=cfg.retry.connect_timeout, gaps=gaps
+    )
+    try:
+        with RecordWriter(run_dir / RECORDS) as writer:
+            runner = Runner(
+                workload, cfg, transport, writer, clock,
+                finished=finished_turns(previous), ideal=_rebuild_ideal(workload, previous),
+            )  # fmt: skip
+            gc.collect()
+            gc.freeze()  # the workload and caches are long-lived: keep them out of GC passes
+            try:
+                async with live_progress(runner.counts, enabled=progress, label=cfg.mode):
+                    await runner.run()
+            finally:
+                gc.unfreeze()
+    finally:
+        await transport.close()
+    after = await scrape.scrape_all(cfg.targets) if cfg.scrape_metrics else {}
+    server = {"before": before, "after": after, "delta": scrape.delta(before, after)}
+    return runner.counts, server, gaps
+
+
+def _write_report(run_dir: Path, cfg: BenchConfig, workload: Workload) -> Any:
+    try:
+        from kvharness.report.io import write_run_report
+    except ImportError:
+        return None
+    expected = {s.id: len(s.turns) for s in workload.sessions}
+    config = msgspec.to_builtins(cfg)
+    config["label"] = cfg.label or cfg.mode
+    return write_run_report(run_dir, None, config, expected_turns=expected)
+
+
+def run_bench(
+    cfg: BenchConfig,
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    progress: bool = False,
+    workload: Workload | None = None,
+) -> BenchResult:
+    """Run (or with ``resume``, continue) a bench pass into ``run_dir`` and write its report.
+
+    ``cfg.model`` None is resolved from the first target. Faults do not raise: the result counts
+    them (see :meth:`BenchResult.failure_line`).
+    """
+    run_dir = Path(run_dir)
+    if resume:
+        previous = read_records(run_dir / RECORDS) if (run_dir / RECORDS).exists() else []
+    else:
+        if (run_dir / RECORDS).exists():
+            raise UserError(f"{run_dir} already holds a run; pick another --out or use --resume")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        previous = []
+        if cfg.model is None:
+            cfg = msgspec.structs.replace(cfg, model=discover_model(cfg.targets[0]))
+        cfg = msgspec.structs.replace(cfg, started_at=time.time())
+        _save_config(run_dir, cfg)
+    workload = workload or load_bench_workload(cfg)
+    counts, server, gaps = asyncio.run(_run(cfg, workload, run_dir, previous, progress))
+    _append_json(run_dir / "metrics.json", server)
+    records = read_records(run_dir / RECORDS)
+    ok = finished_turns(records)
+    errors: dict[str, int] = {}
+    for r in records:
+        if r.error is not None:
+            cause = r.error.split(":", 1)[0]
+            errors[cause] = errors.get(cause, 0) + 1
+    result = BenchResult(
+        run_dir=run_dir,
+        turns_total=workload.num_turns,
+        turns_ok=len(ok),
+        attempts_failed=sum(errors.values()),
+        errors=errors,
+        sessions_abandoned=counts.sessions_abandoned,
+        records=records,
+        server=server["delta"],
+    )
+    _write_bench_json(run_dir, result, gaps)
+    result.summary = _write_report(run_dir, cfg, workload)
+    return result
+
+
+def _append_json(path: Path, entry: dict[str, Any]) -> None:
+    passes = json.loads(path.read_text()) if path.exists() else []
+    passes.append(entry)
+    path.write_text(json.dumps(passes, indent=2) + "\n")
+
+
+def _write_bench_json(run_dir: Path, result: BenchResult, gaps: array[float]) -> None:
+    import numpy as np
+
+    g = np.frombuffer(gaps, dtype=np.float64) if len(gaps) else np.zeros(0)
+    data = {
+        "turns_total": result.turns_total,
+        "turns_ok": result.turns_ok,
+        "turns_failed": result.turns_failed,
+        "attempts_failed": result.attempts_failed,
+        "errors": result.errors,
+        "sessions_abandoned_last_pass": result.sessions_abandoned,
+        "inter_chunk_gap_s": {
+            "n": int(g.size),
+            **(
+                {k: float(np.percentile(g, q)) for k, q in (("p50", 50), ("p90", 90), ("p99", 99))}
+                if g.size
+                else {}
+            ),
+        },
+        "server_prefix_hit_ratio_last_pass": scrape.hit_ratio(result.server),
+    }
+    (run_dir / "bench.json").write_text(json.dumps(data, indent=2) + "\n")
