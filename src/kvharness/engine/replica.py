@@ -1,0 +1,202 @@
+"""One engine replica: block pool + scheduler + cost model, stepped by whoever holds the clock.
+
+The loop is ``plan = schedule(now); duration = cost(plan); postprocess(plan, now + duration)``,
+split across two calls so a driver can interleave replicas and arrivals:
+
+* :meth:`Replica.submit` queues a request at ``now``;
+* :meth:`Replica.wake` at the time the replica asked for finishes the work in flight and plans
+  the next.
+
+Both return the next time the replica must be woken (or None), and bump :attr:`Replica.version`
+when that time changes, so a driver can drop stale wake-ups.
+
+**Decode runs.** When a step is all decode and nothing can change the batch before one of its
+requests finishes (the waiting queue is empty, or its head cannot be admitted until something
+finishes: no blocks, no sequence slot, no token budget), the replica plans ``k`` steps at once:
+``k`` is the steps until the first request finishes, or until the free blocks run out, and the
+duration comes from the cost model's closed form. A request submitted during a run cuts it at
+the end of the step in progress, exactly where a step-by-step engine would next look at its
+queue. ``jump=False`` steps one by one (the reference the closed form is tested against).
+"""
+
+from __future__ import annotations
+
+from kvharness.engine.block_pool import BlockPool
+from kvharness.engine.cost import CostModel, Deployment, StepBatch
+from kvharness.engine.events import KVEvent
+from kvharness.engine.eviction import CpuTier, EvictionPolicy, make_eviction
+from kvharness.engine.request import Request
+from kvharness.engine.scheduler import Plan, Scheduler, SchedulerConfig
+from kvharness.routing.base import ReplicaState
+
+__all__ = ["Replica"]
+
+
+class Replica:
+    """A simulated engine replica (pure: times are arguments). See the module docstring.
+
+    ``events=True`` records KV events for :meth:`drain_events`. ``cpu_tier_blocks > 0`` adds a
+    host-memory tier of that many blocks. ``num_blocks`` overrides the KV capacity computed from
+    the deployment (tests use small pools).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        deployment: Deployment,
+        config: SchedulerConfig | None = None,
+        eviction: EvictionPolicy | None = None,
+        *,
+        events: bool = False,
+        cpu_tier_blocks: int = 0,
+        num_blocks: int | None = None,
+        jump: bool = True,
+    ) -> None:
+        self.name = name
+        self.deployment = deployment
+        self.cost = CostModel(deployment)
+        blocks = num_blocks if num_blocks is not None else deployment.kv_capacity_blocks
+        self.cpu_tier: CpuTier | None = None
+        if cpu_tier_blocks > 0:
+            self.cpu_tier = CpuTier(
+                cpu_tier_blocks, deployment.block_bytes, deployment.hardware.pcie_bandwidth
+            )
+            self.cpu_tier.events_enabled = events
+        self.pool = BlockPool(
+            blocks,
+            deployment.block_size,
+            events=events,
+            on_evict=self.cpu_tier.put if self.cpu_tier is not None else None,
+        )
+        self.scheduler = Scheduler(
+            self.pool,
+            config or SchedulerConfig(),
+            eviction if eviction is not None else make_eviction("lru"),
+            self.cpu_tier,
+        )
+        self.jump = jump
+        budget = self.scheduler.config.max_num_batched_tokens
+        rate = budget / self.cost.step_time(
+            StepBatch(budget, budget * (budget + 1) / 2, budget, 0, 0)
+        )
+        self.state = ReplicaState(name, blocks, deployment.block_size, prefill_tokens_per_s=rate)
+        self.version = 0
+        self.next_wake: float | None = None
+        self.busy_seconds = 0.0
+        self.steps = 0
+        """Engine steps simulated (a decode run of k steps counts k)."""
+        self.events_processed = 0
+        """Wake-ups handled (a decode run costs one)."""
+        self.prefill_tokens = 0
+        self.decode_tokens = 0
+        self._plan: Plan | None = None
+        self._k = 1
+        self._start = 0.0
+        self._run_seqs = 0
+        self._run_ctx = 0
+
+    # -- driver interface ----------------------------------------------------------------------
+
+    def submit(self, req: Request, now: float, est_cached_tokens: int = 0) -> float | None:
+        """Queue ``req`` at ``now``. Returns a new wake time when the replica's changed (it was
+        idle, or a decode run is cut short to take the request in), else None."""
+        sched = self.scheduler
+        waiting_before = bool(sched.waiting)
+        sched.add(req, est_cached_tokens)
+        self._update_state()
+        plan = self._plan
+        if plan is None:
+            if self.next_wake is None:
+                return self._set_wake(now)
+            return None
+        if self._k > 1 and not waiting_before:
+            elapsed = now - self._start
+            m = self.cost.decode_steps_until(self._run_seqs, self._run_ctx, elapsed, self._k)
+            if m < self._k:
+                self._k = m
+                return self._set_wake(
+                    self._start + self.cost.decode_run_time(self._run_seqs, self._run_ctx, m)
+                )
+        return None
+
+    def wake(self, now: float) -> list[Request]:
+        """Finish the work that ends at ``now`` and plan the next. Returns finished requests;
+        :attr:`next_wake` is then the next wake time (None when idle)."""
+        self.events_processed += 1
+        finished: list[Request] = []
+        plan = self._plan
+        sched = self.scheduler
+        if plan is not None:
+            if self._k > 1:
+                finished = sched.advance_decode([r for r, _ in plan.items], self._k, now)
+                self.steps += self._k
+                self.decode_tokens += self._k * self._run_seqs
+            else:
+                finished = sched.postprocess(plan, now)
+                self.steps += 1
+                self.prefill_tokens += plan.batch.prefill_tokens
+                self.decode_tokens += plan.batch.decode_seqs
+            self.busy_seconds += now - self._start
+            self._plan = None
+        self.next_wake = None
+        self._start_next(now)
+        self._update_state()
+        return finished
+
+    def drain_events(self) -> list[KVEvent]:
+        """KV events since the last drain: device-memory events, then the CPU tier's."""
+        out = self.pool.drain_events()
+        if self.cpu_tier is not None:
+            out.extend(self.cpu_tier.drain_events())
+        return out
+
+    @property
+    def idle(self) -> bool:
+        return self._plan is None and self.next_wake is None
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _set_wake(self, t: float) -> float:
+        self.version += 1
+        self.next_wake = t
+        return t
+
+    def _start_next(self, now: float) -> None:
+        sched = self.scheduler
+        if not sched.has_work:
+            return
+        plan = sched.schedule(now)
+        if not plan.items:
+            if sched.running or not sched.waiting:
+                raise RuntimeError(f"{self.name}: nothing schedulable with work queued")
+            # The waiting head can never fit (a prompt larger than the whole cache).
+            req = sched.waiting.popleft()
+            raise RuntimeError(
+                f"{self.name}: request {req.id!r} needs more KV blocks than the replica has "
+                f"({req.prompt_tokens} tokens, {self.pool.num_blocks} blocks of "
+                f"{self.pool.block_size})"
+            )
+        self._plan = plan
+        self._start = now
+        self._k = 1
+        cost = self.cost
+        if self.jump and plan.all_decode and not plan.preempted and plan.load_seconds == 0.0:
+            reqs = [r for r, _ in plan.items]
+            k_max = min(r.output_tokens - r.generated for r in reqs)
+            if k_max > 1:
+                k = sched.decode_block_limit(reqs, k_max)
+                if k > 1:
+                    self._k = k
+                    self._run_seqs = plan.batch.decode_seqs
+                    self._run_ctx = plan.batch.decode_ctx
+                    self._set_wake(now + cost.decode_run_time(self._run_seqs, self._run_ctx, k))
+                    return
+        self._set_wake(now + cost.step_time(plan.batch) + plan.load_seconds)
+
+    def _update_state(self) -> None:
+        st, sched, pool = self.state, self.scheduler, self.pool
+        st.running = len(sched.running)
+        st.waiting = len(sched.waiting)
+        st.used_blocks = pool.num_used
+        st.cached_blocks = pool.num_cached
+        st.pending_prefill_tokens = sched.pending_prefill

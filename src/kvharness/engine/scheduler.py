@@ -1,0 +1,285 @@
+"""The batch scheduler of one replica, after vLLM v1's: a token budget per step, running requests
+first (decodes and unfinished prefill chunks, in arrival order), then the waiting queue FIFO with
+chunked prefill, and preemption by recompute (the latest running request) when blocks run out.
+
+``schedule(now)`` returns a :class:`Plan` and allocates the blocks it needs; the caller executes
+the plan (the simulator with the cost model) and calls ``postprocess(plan, end)``, which advances
+the requests and returns the finished ones. Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from kvharness.engine.block_pool import BlockPool
+from kvharness.engine.cost import StepBatch
+from kvharness.engine.eviction import CpuTier, EvictionPolicy
+from kvharness.engine.request import Request
+
+__all__ = ["Plan", "Scheduler", "SchedulerConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """vLLM's knobs of the same names."""
+
+    max_num_batched_tokens: int = 8192
+    """Token budget of one step (prefill chunk tokens + one per decode)."""
+    max_num_seqs: int = 256
+    """Most requests running at once."""
+
+    def __post_init__(self) -> None:
+        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
+            raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1")
+
+
+@dataclass(slots=True)
+class Plan:
+    """One step: ``items`` are (request, tokens to compute) in batch order.
+
+    ``blocked`` says why waiting requests were left waiting (``"blocks"``, ``"seqs"``,
+    ``"budget"``) or is None when none were. ``load_seconds`` is CPU-tier transfer time the step
+    waits for.
+    """
+
+    items: list[tuple[Request, int]]
+    batch: StepBatch
+    all_decode: bool
+    blocked: str | None
+    preempted: bool
+    load_seconds: float = 0.0
+
+
+class Scheduler:
+    """Running list + waiting queue over one block pool. Mutates requests and the pool."""
+
+    def __init__(
+        self,
+        pool: BlockPool,
+        config: SchedulerConfig,
+        eviction: EvictionPolicy,
+        cpu_tier: CpuTier | None = None,
+    ) -> None:
+        self.pool = pool
+        self.config = config
+        self.eviction = eviction
+        self.cpu_tier = cpu_tier
+        eviction.bind(pool)
+        self.running: list[Request] = []
+        self.waiting: deque[Request] = deque()
+        self.pending_prefill = 0
+        """Prefill tokens admitted or waiting but not yet computed (estimated for waiting ones)."""
+        self.num_preemptions = 0
+
+    def add(self, req: Request, est_cached_tokens: int = 0) -> None:
+        """Queue ``req``; ``est_cached_tokens`` estimates its prefix hit for the load figures."""
+        req.pending = max(0, req.prompt_tokens - est_cached_tokens)
+        self.pending_prefill += req.pending
+        self.waiting.append(req)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def _blocks_for(self, tokens: int) -> int:
+        bs = self.pool.block_size
+        return (tokens + bs - 1) // bs
+
+    def _preempt(self, victim: Request) -> None:
+        self.pool.free(victim.blocks)
+        victim.blocks = []
+        victim.num_hashed = 0
+        victim.num_computed = 0
+        victim.preemptions += 1
+        self.num_preemptions += 1
+        self.pending_prefill += victim.num_tokens - victim.pending
+        victim.pending = victim.num_tokens
+        self.waiting.appendleft(victim)
+
+    def _cache_prompt_blocks(self, req: Request, upto_tokens: int) -> None:
+        full = min(upto_tokens // self.pool.block_size, len(req.block_hashes))
+        start = req.num_hashed
+        if full > start:
+            hashes = req.block_hashes
+            parent = hashes[start - 1] if start else None
+            self.pool.cache(req.blocks[start:full], hashes[start:full], parent)
+            req.num_hashed = full
+
+    def schedule(self, now: float) -> Plan:
+        """Form the next step's batch. Allocates blocks, may preempt; see the module docstring."""
+        cfg, pool, ev = self.config, self.pool, self.eviction
+        ev.expire(now)
+        budget = cfg.max_num_batched_tokens
+        items: list[tuple[Request, int]] = []
+        running = self.running
+        preempted = False
+        all_decode = True
+        prefill_tokens = decode_seqs = decode_ctx = prefill_kv = 0
+        prefill_pairs = 0.0
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            n = min(r.num_tokens - r.num_computed, budget)
+            need = self._blocks_for(r.num_computed + n) - len(r.blocks)
+            while need > pool.num_free and ev.release_one(now):
+                pass
+            scheduled = True
+            while need > pool.num_free:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is r:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            if need > 0:
+                r.blocks.extend(pool.allocate(need))
+            self._account_prefix(r, n)
+            items.append((r, n))
+            budget -= n
+            c = r.num_computed
+            if n == 1 and c == r.num_tokens - 1 and r.generated > 0:
+                decode_seqs += 1
+                decode_ctx += c + 1
+            else:
+                all_decode = False
+                prefill_tokens += n
+                prefill_pairs += n * (c + (n + 1) / 2)
+                prefill_kv += c + n
+            i += 1
+
+        blocked: str | None = None
+        load = 0.0
+        if preempted:
+            blocked = "blocks" if self.waiting else None
+        waiting = self.waiting
+        while waiting and not preempted:
+            if budget <= 0:
+                blocked = "budget"
+                break
+            if len(running) >= cfg.max_num_seqs:
+                blocked = "seqs"
+                break
+            r = waiting[0]
+            bs = pool.block_size
+            limit = (r.num_tokens - 1) // bs
+            hit = pool.match(r.block_hashes, limit)
+            n_cpu = 0
+            if self.cpu_tier is not None and len(hit) < limit:
+                n_cpu = self.cpu_tier.match(r.block_hashes, len(hit), limit)
+            computed = (len(hit) + n_cpu) * bs
+            n = min(r.num_tokens - computed, budget)
+            need = self._blocks_for(computed + n) - len(hit)
+            ref = pool.ref_count
+            evictable_hits = sum(1 for b in hit if ref(b) == 0)
+            while need + evictable_hits > pool.num_free and ev.release_one(now):
+                # Released pins stay cached: the hits are the same, maybe fewer of them held.
+                evictable_hits = sum(1 for b in hit if ref(b) == 0)
+            if need + evictable_hits > pool.num_free:
+                blocked = "blocks"
+                break
+            waiting.popleft()
+            pool.touch(hit)
+            r.blocks = hit + pool.allocate(need)
+            r.num_hashed = len(hit)
+            r.num_computed = computed
+            if n_cpu:
+                load += self.cpu_tier.load_seconds(n_cpu) if self.cpu_tier is not None else 0.0
+                self._cache_prompt_blocks(r, computed)
+            if r.cached_tokens is None:
+                r.cached_tokens = computed
+                r.scheduled = now
+            self.pending_prefill -= r.pending
+            r.pending = r.num_tokens - computed
+            self.pending_prefill += r.pending
+            ev.on_admit(r, now)
+            running.append(r)
+            self._account_prefix(r, n)
+            items.append((r, n))
+            budget -= n
+            all_decode = False
+            prefill_tokens += n
+            prefill_pairs += n * (computed + (n + 1) / 2)
+            prefill_kv += computed + n
+
+        batch = StepBatch(prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_ctx)
+        return Plan(items, batch, all_decode and bool(items), blocked, preempted, load)
+
+    def _account_prefix(self, r: Request, n: int) -> None:
+        # Blocks become findable when scheduled (as in vLLM), before the step computes them.
+        if r.num_hashed < len(r.block_hashes):
+            self._cache_prompt_blocks(r, min(r.num_computed + n, r.prompt_tokens))
+        if r.pending:
+            done = min(n, r.pending)
+            r.pending -= done
+            self.pending_prefill -= done
+
+    def postprocess(self, plan: Plan, end: float) -> list[Request]:
+        """Apply a step that ended at ``end``: advance, sample, finish. Returns finished requests
+        (their blocks already released through the eviction policy)."""
+        finished: list[Request] = []
+        for r, n in plan.items:
+            r.num_computed += n
+            if r.num_computed == r.num_tokens:
+                r.generated += 1
+                if r.first_token is None:
+                    r.first_token = end
+                if r.generated >= r.output_tokens:
+                    r.done = end
+                    finished.append(r)
+        if finished:
+            self._finish(finished, end)
+        return finished
+
+    def _finish(self, finished: list[Request], end: float) -> None:
+        done = set(map(id, finished))
+        self.running = [r for r in self.running if id(r) not in done]
+        for r in finished:
+            self.eviction.on_finish(r, end)
+
+    def advance_decode(self, reqs: list[Request], k: int, end: float) -> list[Request]:
+        """Apply ``k`` decode steps to ``reqs`` at once (the first step's blocks are already
+        allocated). Returns those finished at ``end``."""
+        pool = self.pool
+        bs = pool.block_size
+        finished: list[Request] = []
+        for r in reqs:
+            c = r.num_computed + k
+            need = (c + bs - 1) // bs - len(r.blocks)
+            if need > 0:
+                r.blocks.extend(pool.allocate(need))
+            r.num_computed = c
+            r.generated += k
+            if r.generated >= r.output_tokens:
+                r.done = end
+                finished.append(r)
+        if finished:
+            self._finish(finished, end)
+        return finished
+
+    def decode_block_limit(self, reqs: list[Request], k_max: int) -> int:
+        """Most steps (<= ``k_max``, >= 1) the decode batch ``reqs`` can run before it needs more
+        blocks than are free; the first step's blocks are already allocated."""
+        bs = self.pool.block_size
+        free = self.pool.num_free
+
+        def need(m: int) -> int:
+            total = 0
+            for r in reqs:
+                extra = (r.num_computed + m + bs - 1) // bs - len(r.blocks)
+                if extra > 0:
+                    total += extra
+            return total
+
+        if need(k_max) <= free:
+            return k_max
+        lo, hi = 1, k_max
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if need(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo

@@ -1,0 +1,81 @@
+"""Cluster specs: ``16xH200:llama-3.3-70b[:tp2][:bf16][:kv-fp8]`` -> a :class:`ClusterSpec`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kvharness.engine.cost import HARDWARE, MODELS, Deployment, Efficiency
+from kvharness.errors import UserError
+
+__all__ = ["ClusterSpec", "parse_cluster"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """``replicas`` identical replicas, each one :class:`Deployment` (``tp`` GPUs)."""
+
+    replicas: int
+    deployment: Deployment
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.deployment.tp
+
+    def label(self) -> str:
+        d = self.deployment
+        tp = f":tp{d.tp}" if d.tp > 1 else ""
+        return f"{self.replicas}x{d.hardware.name}:{d.model.name}{tp}:{d.weight_dtype}"
+
+    def with_replicas(self, n: int) -> ClusterSpec:
+        return replace(self, replicas=n)
+
+    def with_block_size(self, block_size: int) -> ClusterSpec:
+        return replace(self, deployment=replace(self.deployment, block_size=block_size))
+
+    def with_efficiency(self, eff: Efficiency) -> ClusterSpec:
+        return replace(self, deployment=self.deployment.with_efficiency(eff))
+
+
+def parse_cluster(spec: str, *, block_size: int = 16) -> ClusterSpec:
+    """Parse ``NxHW:MODEL[:tpK][:WEIGHT_DTYPE][:kv-KV_DTYPE]``.
+
+    Weights default to fp8 and the KV cache to bf16 (vLLM with an FP8 checkpoint); ``tp`` defaults
+    to the smallest power of two on which the weights take at most half the GPU memory.
+    """
+    head, _, rest = spec.partition(":")
+    count, x, hw_name = head.partition("x")
+    if not x or not count.isdigit() or int(count) < 1:
+        raise UserError(
+            f"bad cluster {spec!r}: expected NxHARDWARE:MODEL, e.g. 16xH200:llama-3.3-70b"
+        )
+    hw = HARDWARE.get(hw_name.upper())
+    if hw is None:
+        raise UserError(f"unknown hardware {hw_name!r}; choose from {', '.join(HARDWARE)}")
+    parts = [p for p in rest.split(":") if p]
+    if not parts:
+        raise UserError(f"bad cluster {spec!r}: name a model, one of {', '.join(MODELS)}")
+    model = MODELS.get(parts[0].lower())
+    if model is None:
+        raise UserError(f"unknown model {parts[0]!r}; choose from {', '.join(MODELS)}")
+    tp: int | None = None
+    weight, kv = "fp8", "bf16"
+    for p in parts[1:]:
+        p = p.lower()
+        if p.startswith("tp") and p[2:].isdigit() and int(p[2:]) >= 1:
+            tp = int(p[2:])
+        elif p.startswith("kv-"):
+            kv = p[3:]
+        elif p in ("fp8", "bf16", "fp16", "fp4"):
+            weight = p
+        else:
+            raise UserError(f"bad cluster option {p!r} in {spec!r}: use tpN, a dtype, or kv-DTYPE")
+    if tp is None:
+        tp = 1
+        bytes_per = {"fp8": 1.0, "fp4": 0.5}.get(weight, 2.0)
+        while model.params * bytes_per > 0.5 * tp * hw.hbm_bytes and tp < 64:
+            tp *= 2
+    try:
+        dep = Deployment(hw, model, tp, weight, kv, block_size=block_size)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    return ClusterSpec(int(count), dep)

@@ -1,0 +1,372 @@
+"""The cluster simulator: sessions, replicas (engine models) and a router in virtual time.
+
+An event heap of ``(time, priority, seq, kind, a, b)`` entries (ties break by priority, then by
+insertion order, so runs are reproducible). Two kinds of event:
+
+* ``SEND`` (priority 0): a session's turn is sent: the router picks a replica (policy + prefix
+  index), the replica queues it. Sessions run closed loop: turn ``i + 1`` is sent ``gap`` seconds
+  after turn ``i`` is done. Sessions start open loop at ``Workload.arrival.start_times`` (scaled by
+  the load), or, for a ``concurrent`` arrival, whenever fewer than ``concurrency`` are running.
+* ``WAKE`` (priority 1): a replica's step (or decode run, see :mod:`kvharness.engine.replica`)
+  ends; stale wake-ups (the replica re-planned since) are dropped by version.
+
+A send at the same instant as a step end is seen by that step's successor, as a live engine would.
+
+The prefix index (:class:`kvharness.routing.index.PrefixIndex`) is fed with every replica's KV
+events after each step; ``prefix_source="direct"`` asks each replica's block pool instead (exact,
+O(replicas) per turn). Per simulated turn the work is O(its blocks + replicas for the policy's own
+scan); per engine step it is O(requests in the batch), never O(replicas).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections import deque
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvharness.engine.eviction import ToolTTL, make_eviction
+from kvharness.engine.replica import Replica
+from kvharness.engine.request import Request
+from kvharness.engine.scheduler import SchedulerConfig
+from kvharness.report.records import TurnRecord
+from kvharness.routing.base import Policy, RouteRequest, make_policy
+from kvharness.routing.index import PrefixIndex
+from kvharness.sim.bounds import solo_turn_time
+from kvharness.sim.cluster import ClusterSpec
+from kvharness.workload.chain import BlockChain
+from kvharness.workload.ideal import IdealCache, engine_cached_tokens
+from kvharness.workload.model import Arrival, Workload
+
+__all__ = ["ReplicaStats", "SimConfig", "SimResult", "Simulator", "scale_arrival", "simulate"]
+
+_SEND, _WAKE = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Everything a simulation run depends on besides the workload (saved with its results)."""
+
+    cluster: ClusterSpec
+    policy: str = "round_robin"
+    policy_options: Mapping[str, Any] = field(default_factory=dict)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    eviction: str = "lru"
+    """``lru`` (vLLM's) or ``ttl`` (pin a session's blocks while its tool runs)."""
+    cpu_tier_blocks: int = 0
+    """Host-memory offload tier per replica, in blocks (0 = none)."""
+    load: float = 1.0
+    """Multiplier on the session arrival rate (trace time compressed, Poisson rate, concurrency)."""
+    prefix_source: str = "index"
+    """``index``: a PrefixIndex fed by KV events; ``direct``: ask every replica's pool."""
+    jump: bool = True
+    """Jump over decode steps in closed form (False: step one by one, the reference)."""
+    num_blocks: int | None = None
+    """Override each replica's KV capacity (blocks); None = from the deployment."""
+
+    def __post_init__(self) -> None:
+        if not self.load > 0:
+            raise ValueError(f"load must be > 0, got {self.load}")
+        if self.prefix_source not in ("index", "direct"):
+            raise ValueError(f"prefix_source must be index or direct, got {self.prefix_source!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStats:
+    name: str
+    busy_seconds: float
+    steps: int
+    wakeups: int
+    prefill_tokens: int
+    decode_tokens: int
+    preemptions: int
+
+
+@dataclass(slots=True)
+class SimResult:
+    """Records in send order, each session's lower bound (s), replica statistics."""
+
+    records: list[TurnRecord]
+    lower_bounds: dict[str, float]
+    replicas: list[ReplicaStats]
+    end_time: float
+    events: int
+
+    @property
+    def engine_steps(self) -> int:
+        return sum(r.steps for r in self.replicas)
+
+
+def scale_arrival(arrival: Arrival, load: float) -> Arrival:
+    """The arrival process with its session rate multiplied by ``load``."""
+    if arrival.kind == "trace":
+        return dataclasses.replace(arrival, time_scale=arrival.time_scale / load)
+    if arrival.kind == "poisson":
+        return dataclasses.replace(arrival, rate=arrival.rate * load)
+    return dataclasses.replace(arrival, concurrency=max(1, round(arrival.concurrency * load)))
+
+
+class Simulator:
+    """One run of one workload on one cluster under one policy. Use :meth:`run` once.
+
+    ``hash_cache`` (optional, shared between runs in one process) memoises the engine-block
+    hashes of each chain, keyed by the chain object's id (the workload must outlive the cache).
+    """
+
+    def __init__(
+        self,
+        workload: Workload,
+        config: SimConfig,
+        *,
+        policy: Policy | None = None,
+        hash_cache: MutableMapping[int, tuple[int, ...]] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.config = config
+        dep = config.cluster.deployment
+        self.block_size = dep.block_size
+        self.policy = policy or make_policy(config.policy, **dict(config.policy_options))
+        self.ttls = ToolTTL()
+        use_index = config.prefix_source == "index"
+        self.replicas = [
+            Replica(
+                f"r{i}",
+                dep,
+                config.scheduler,
+                make_eviction(config.eviction, self.ttls),
+                events=use_index,
+                cpu_tier_blocks=config.cpu_tier_blocks,
+                num_blocks=config.num_blocks,
+                jump=config.jump,
+            )
+            for i in range(config.cluster.replicas)
+        ]
+        self.states = [r.state for r in self.replicas]
+        self.index = PrefixIndex(len(self.replicas)) if use_index else None
+        self._hashes = hash_cache if hash_cache is not None else {}
+        self._heap: list[tuple[float, int, int, int, int, int]] = []
+        self._seq = 0
+        self._ideal = IdealCache()
+        self._records: list[tuple[float, int, TurnRecord]] = []
+        self._solo: dict[int, float] = {}
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _push(self, t: float, prio: int, kind: int, a: int, b: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, prio, self._seq, kind, a, b))
+
+    def _engine_hashes(self, chain: BlockChain) -> tuple[int, ...]:
+        if chain.block_size == self.block_size:
+            return chain.full_hashes
+        key = id(chain)
+        got = self._hashes.get(key)
+        if got is None:
+            got = chain.rechunk(self.block_size)
+            self._hashes[key] = got
+        return got
+
+    def match(self, hashes: tuple[int, ...]) -> list[int]:
+        """Leading blocks of ``hashes`` cached on each replica (the one place that asks)."""
+        if self.index is not None:
+            return self.index.match(hashes)
+        return [r.pool.match_len(hashes) for r in self.replicas]
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self, until: float | None = None) -> SimResult:
+        wl = self.workload
+        sessions = wl.sessions
+        arrival = scale_arrival(wl.arrival, self.config.load)
+        self._done_turns = [0] * len(sessions)
+        self._starts = [0.0] * len(sessions)
+        self._backlog: deque[int] = deque()
+        self._active = 0
+        self._concurrency = arrival.concurrency if arrival.kind == "concurrent" else 0
+        if self._concurrency:
+            self._backlog.extend(range(len(sessions)))
+            while self._backlog and self._active < self._concurrency:
+                self._start_session(self._backlog.popleft(), 0.0)
+        else:
+            for si, t0 in enumerate(arrival.start_times(sessions)):
+                self._starts[si] = t0
+                self._push(t0 + sessions[si].turns[0].gap, 0, _SEND, si, 0)
+                self._active += 1
+        heap = self._heap
+        replicas = self.replicas
+        now = 0.0
+        events = 0
+        pop = heapq.heappop
+        while heap:
+            now, _prio, _seq, kind, a, b = pop(heap)
+            if until is not None and now > until:
+                break
+            events += 1
+            if kind == _SEND:
+                self._send(a, b, now)
+            else:
+                rep = replicas[a]
+                if rep.version != b:
+                    continue
+                finished = rep.wake(now)
+                if self.index is not None:
+                    evs = rep.drain_events()
+                    if evs:
+                        self.index.apply_all(a, evs)
+                if rep.next_wake is not None:
+                    self._push(rep.next_wake, 1, _WAKE, a, rep.version)
+                for req in finished:
+                    self._finish(req, a, now)
+        self._records.sort(key=lambda x: (x[0], x[1]))
+        return SimResult(
+            [r for _, _, r in self._records],
+            self._lower_bounds(),
+            [
+                ReplicaStats(
+                    r.name,
+                    r.busy_seconds,
+                    r.steps,
+                    r.events_processed,
+                    r.prefill_tokens,
+                    r.decode_tokens,
+                    r.scheduler.num_preemptions,
+                )
+                for r in replicas
+            ],
+            now,
+            events,
+        )
+
+    def _start_session(self, si: int, now: float) -> None:
+        self._starts[si] = now
+        self._active += 1
+        self._push(now + self.workload.sessions[si].turns[0].gap, 0, _SEND, si, 0)
+
+    def _send(self, si: int, ti: int, now: float) -> None:
+        session = self.workload.sessions[si]
+        turn = session.turns[ti]
+        if ti > 0:
+            self.ttls.observe(turn.tool, turn.gap)
+        chain = turn.input
+        hashes = self._engine_hashes(chain)
+        prompt = chain.num_tokens
+        bs = self.block_size
+        ideal = engine_cached_tokens(self._ideal.visit(chain).tokens, prompt, bs)
+        rid = f"{session.id}/{ti}"
+        rreq = RouteRequest(rid, session.id, hashes, prompt, turn.output_tokens)
+        last = ti + 1 >= len(session.turns)
+        next_tool = None if last else session.turns[ti + 1].tool
+        pool_blocks = self.replicas[0].pool.num_blocks
+        if prompt <= 0 or -(-(prompt + max(1, turn.output_tokens)) // bs) > pool_blocks:
+            cause = "empty prompt" if prompt <= 0 else "too long: exceeds a replica's KV capacity"
+            self._record(si, ti, "", now, None, None, prompt, None, ideal, 0, None, cause)
+            self._next_turn(si, ti, now)
+            return
+        matched = self.match(hashes)
+        decision = self.policy.choose(rreq, self.states, matched, now)
+        ri = decision.replica
+        self.policy.on_routed(rreq, ri, now)
+        req = Request(
+            rid,
+            hashes,
+            prompt,
+            turn.output_tokens,
+            now,
+            session=session.id,
+            next_tool=next_tool,
+            last_turn=last,
+            tag=(si, ti, ideal, rreq),
+        )
+        wake = self.replicas[ri].submit(req, now, matched[ri] * bs)
+        if wake is not None:
+            self._push(wake, 1, _WAKE, ri, self.replicas[ri].version)
+
+    def _finish(self, req: Request, ri: int, now: float) -> None:
+        si, ti, ideal, rreq = req.tag
+        self.policy.on_finished(rreq, ri, now)
+        self._record(
+            si,
+            ti,
+            self.replicas[ri].name,
+            req.arrival,
+            req.first_token,
+            req.done,
+            req.prompt_tokens,
+            req.cached_tokens,
+            ideal,
+            req.generated,
+            req.scheduled,
+            None,
+        )
+        self._next_turn(si, ti, now)
+
+    def _next_turn(self, si: int, ti: int, now: float) -> None:
+        session = self.workload.sessions[si]
+        if ti + 1 < len(session.turns):
+            self._push(now + session.turns[ti + 1].gap, 0, _SEND, si, ti + 1)
+            return
+        self._active -= 1
+        if self._concurrency and self._backlog:
+            self._start_session(self._backlog.popleft(), now)
+
+    def _record(
+        self,
+        si: int,
+        ti: int,
+        replica: str,
+        sent: float,
+        first: float | None,
+        done: float | None,
+        prompt: int,
+        cached: int | None,
+        ideal: int,
+        output: int,
+        scheduled: float | None,
+        error: str | None,
+    ) -> None:
+        session = self.workload.sessions[si]
+        turn = session.turns[ti]
+        rec = TurnRecord(
+            session=session.id,
+            turn=ti,
+            replica=replica,
+            intended=sent,
+            sent=sent,
+            first_token=first,
+            done=done,
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            ideal_cached_tokens=ideal,
+            output_tokens=output,
+            gap=turn.gap,
+            scheduled=scheduled,
+            tool=turn.tool,
+            error=error,
+        )
+        self._records.append((sent, len(self._records), rec))
+        if error is None:
+            budget = self.config.scheduler.max_num_batched_tokens
+            solo = solo_turn_time(
+                self.replicas[0].cost, prompt, ideal, max(1, turn.output_tokens), budget
+            )
+            self._solo[si] = self._solo.get(si, 0.0) + solo + (turn.gap if ti > 0 else 0.0)
+
+    def _lower_bounds(self) -> dict[str, float]:
+        return {self.workload.sessions[si].id: t for si, t in self._solo.items()}
+
+
+def simulate(
+    workload: Workload,
+    config: SimConfig,
+    *,
+    hash_cache: MutableMapping[int, tuple[int, ...]] | None = None,
+    on_record: Callable[[TurnRecord], None] | None = None,
+) -> SimResult:
+    """Run ``workload`` under ``config``; ``on_record`` sees each record (in send order)."""
+    result = Simulator(workload, config, hash_cache=hash_cache).run()
+    if on_record is not None:
+        for r in result.records:
+            on_record(r)
+    return result

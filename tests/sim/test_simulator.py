@@ -1,0 +1,129 @@
+"""The simulator end to end: a generated workload and the head of the real Mooncake trace."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from kvharness.report.records import TurnRecord
+from kvharness.sim.cluster import parse_cluster
+from kvharness.sim.simulator import SimConfig, SimResult, Simulator
+from kvharness.workload.load import load_workload
+from kvharness.workload.model import Workload
+from kvharness.workload.synthetic import SyntheticConfig, generate
+
+TRACE = (
+    Path(__file__).parents[2] / ".." / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
+)
+
+
+@pytest.fixture(scope="module")
+def small() -> Workload:
+    return generate(SyntheticConfig(sessions=6, steps_median=10, repo_tokens_median=6000, seed=4))
+
+
+@pytest.fixture(scope="module")
+def mooncake_head(tmp_path_factory: pytest.TempPathFactory) -> Workload:
+    lines = TRACE.read_text().splitlines()[:500]
+    path = tmp_path_factory.mktemp("trace") / "head.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return load_workload(str(path))
+
+
+def run(wl: Workload, cluster: str, policy: str = "round_robin", **kw: object) -> SimResult:
+    cfg = SimConfig(
+        parse_cluster(cluster, block_size=kw.pop("block_size", wl.block_size)), policy, **kw
+    )  # type: ignore[arg-type]
+    return Simulator(wl, cfg).run()
+
+
+def check_records(wl: Workload, res: SimResult) -> None:
+    recs = res.records
+    assert len(recs) == wl.num_turns
+    by_session: dict[str, list[TurnRecord]] = {}
+    for r in recs:
+        assert r.ok, r
+        assert r.first_token is not None and r.done is not None and r.scheduled is not None
+        assert r.intended == r.sent <= r.scheduled <= r.first_token <= r.done
+        assert r.cached_tokens is not None and 0 <= r.cached_tokens <= r.ideal_cached_tokens
+        assert r.cached_tokens < r.prompt_tokens
+        by_session.setdefault(r.session, []).append(r)
+    sessions = {s.id: s for s in wl.sessions}
+    for sid, rs in by_session.items():
+        rs.sort(key=lambda r: r.turn)
+        assert [r.turn for r in rs] == list(range(len(sessions[sid].turns)))
+        for prev, nxt in itertools.pairwise(rs):  # closed loop: gap after done
+            assert prev.done is not None
+            assert nxt.sent == pytest.approx(prev.done + nxt.gap)
+        makespan = (rs[-1].done or 0) - rs[0].intended
+        assert makespan >= res.lower_bounds[sid] * (1 - 1e-9)
+    assert [r.sent for r in recs] == sorted(r.sent for r in recs)
+
+
+def test_synthetic_end_to_end(small: Workload) -> None:
+    res = run(small, "3xH200:llama-3.1-8b", "agent_aware")
+    check_records(small, res)
+    hit = sum(r.cached_tokens or 0 for r in res.records)
+    ideal = sum(r.ideal_cached_tokens for r in res.records)
+    assert hit > 0.5 * ideal
+    assert res.events < res.engine_steps  # decode runs cost one event, not one per step
+
+
+def test_jump_gives_the_same_records_as_stepping(small: Workload) -> None:
+    a = run(small, "3xH200:llama-3.1-8b", jump=True, num_blocks=400)
+    b = run(small, "3xH200:llama-3.1-8b", jump=False, num_blocks=400)
+    assert a.engine_steps == b.engine_steps and a.events < b.events / 3
+    assert len(a.records) == len(b.records)
+    for x, y in zip(a.records, b.records, strict=True):
+        assert (x.session, x.turn, x.replica, x.cached_tokens) == (
+            y.session,
+            y.turn,
+            y.replica,
+            y.cached_tokens,
+        )
+        for f in ("sent", "scheduled", "first_token", "done"):
+            assert getattr(x, f) == pytest.approx(getattr(y, f), rel=1e-9)
+
+
+def test_prefix_index_fed_by_events_equals_asking_the_pools(small: Workload) -> None:
+    a = run(small, "4xH200:llama-3.1-8b", "dynamo_kv", prefix_source="index", num_blocks=300)
+    b = run(small, "4xH200:llama-3.1-8b", "dynamo_kv", prefix_source="direct", num_blocks=300)
+    assert a.records == b.records
+
+
+def test_engine_block_size_differs_from_the_workloads(small: Workload) -> None:
+    res = run(small, "2xH200:llama-3.1-8b", block_size=16)
+    check_records(small, res)
+    assert all(r.cached_tokens is None or r.cached_tokens % 16 == 0 for r in res.records)
+
+
+def test_eviction_policies_and_cpu_tier_run(small: Workload) -> None:
+    tight = {"num_blocks": 230, "load": 4.0}  # the longest turn needs 221 blocks
+    lru = run(small, "1xH200:llama-3.1-8b", **tight)
+    ttl = run(small, "1xH200:llama-3.1-8b", eviction="ttl", **tight)
+    cpu = run(small, "1xH200:llama-3.1-8b", cpu_tier_blocks=2000, **tight)
+    for res in (lru, ttl, cpu):
+        check_records(small, res)
+    hits = [sum(r.cached_tokens or 0 for r in x.records) for x in (lru, ttl, cpu)]
+    assert hits[2] > hits[0]  # what the GPU evicted came back from host memory
+
+
+def test_load_compresses_arrivals(small: Workload) -> None:
+    slow = run(small, "2xH200:llama-3.1-8b", load=0.5)
+    fast = run(small, "2xH200:llama-3.1-8b", load=2.0)
+    first = lambda res: sorted(r.sent for r in res.records if r.turn == 0)  # noqa: E731
+    assert first(fast)[-1] == pytest.approx(first(slow)[-1] / 4)
+
+
+def test_mooncake_head(mooncake_head: Workload) -> None:
+    res = run(mooncake_head, "4xH200:llama-3.1-8b", "dynamo_kv", load=20.0)
+    check_records(mooncake_head, res)
+    assert sum(r.cached_tokens or 0 for r in res.records) > 0
+
+
+def test_prompt_too_long_is_an_error_record(small: Workload) -> None:
+    res = run(small, "1xH200:llama-3.1-8b", num_blocks=20)
+    assert any(r.error and r.error.startswith("too long") for r in res.records)
+    assert len(res.records) == small.num_turns
