@@ -50,6 +50,11 @@ def test_compare_marks_better_worse_same(records: list[TurnRecord]) -> None:
     # ITL mean: 0.275 -> decode of each ok turn 0.25 longer: a0 1.25/10, a1 1.25/4, b0 1.75/3,
     # b1 0.75/2 -> higher = worse.
     assert m["itl_mean"].verdict[1] == "worse"
+    # Mean session time waiting on the server: base a 1.0 queue + 3.0 prefill, b 1.25 -> 2.625;
+    # new: every TTFT 0.25 s shorter: a 0.75 + 0.75 + 1.75, b 0.25 + 0.5 -> (3.25 + 0.75)/2 = 2.0.
+    assert m["session_server_wait"].values == [2.625, 2.0]
+    assert m["session_server_wait"].verdict[1] == "better"
+    assert m["session_decode"].verdict[1] == "worse"  # decode 0.25 s longer per turn
     # Makespan, errors, cache are unchanged -> same.
     for key in ("makespan_p50", "errors", "cached_ratio", "goodput"):
         assert m[key].verdict[1] == "same", key

@@ -25,38 +25,54 @@ class MetricSpec(NamedTuple):
     better: Better
     """Which way is an improvement; ``none`` for properties of the workload, not of the serving."""
     get: Callable[[Summary], float | None]
+    short: str = ""
+    """Column heading where space is short (one row per run); defaults to ``label``."""
 
 
 def _errors(s: Summary) -> float:
     return float(s.error_count)
 
 
+def _part(*names: str) -> Callable[[Summary], float | None]:
+    """Mean seconds a completed session spent in the given parts of its breakdown."""
+
+    def get(s: Summary) -> float | None:
+        b = s.breakdown
+        return None if b is None else sum(getattr(b, n) for n in names)
+
+    return get
+
+
 KEY_METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("goodput", "goodput (sessions/h in deadline)", "/h", "higher", lambda s: s.goodput),
-    MetricSpec(
-        "sessions_completed", "sessions completed", "count", "higher",
-        lambda s: float(s.sessions_completed),
-    ),
+    MetricSpec("goodput", "goodput (sessions/h in deadline)", "/h", "higher",
+               lambda s: s.goodput, "goodput/h"),
+    MetricSpec("sessions_completed", "sessions completed", "count", "higher",
+               lambda s: float(s.sessions_completed), "completed"),
     MetricSpec("ttft_p50", "TTFT p50", "s", "lower", lambda s: s.ttft.p50),
     MetricSpec("ttft_p99", "TTFT p99", "s", "lower", lambda s: s.ttft.p99),
-    MetricSpec("itl_mean", "inter-token latency mean", "s", "lower", lambda s: s.itl.mean),
-    MetricSpec("e2e_p50", "end-to-end p50", "s", "lower", lambda s: s.e2e.p50),
-    MetricSpec("makespan_p50", "session makespan p50", "s", "lower", lambda s: s.makespan.p50),
-    MetricSpec("makespan_p90", "session makespan p90", "s", "lower", lambda s: s.makespan.p90),
-    MetricSpec(
-        "cached_ratio", "cached / prompt tokens", "ratio", "higher",
-        lambda s: s.cache.achieved_ratio,
-    ),
-    MetricSpec(
-        "ideal_ratio", "ideal cached / prompt", "ratio", "none", lambda s: s.cache.ideal_ratio
-    ),
-    MetricSpec(
-        "achieved_vs_ideal", "cached vs ideal", "ratio", "higher",
-        lambda s: s.cache.achieved_vs_ideal,
-    ),
-    MetricSpec("errors", "errors (failed attempts)", "count", "lower", _errors),
-    MetricSpec("lag_p99", "client send lag p99", "s", "lower", lambda s: s.lag.p99),
-    MetricSpec("imbalance", "replica load max/mean", "x", "lower", lambda s: s.imbalance),
+    MetricSpec("itl_mean", "inter-token latency mean", "s", "lower", lambda s: s.itl.mean,
+               "ITL mean"),
+    MetricSpec("e2e_p50", "end-to-end p50", "s", "lower", lambda s: s.e2e.p50, "E2E p50"),
+    MetricSpec("makespan_p50", "session makespan p50", "s", "lower", lambda s: s.makespan.p50,
+               "makespan p50"),
+    MetricSpec("makespan_p90", "session makespan p90", "s", "lower", lambda s: s.makespan.p90,
+               "makespan p90"),
+    MetricSpec("session_server_wait", "session: queue+prefill (mean)", "s", "lower",
+               _part("queue", "prefill", "queue_prefill"), "queue+prefill"),
+    MetricSpec("session_decode", "session: decode (mean)", "s", "lower", _part("decode"),
+               "decode"),
+    MetricSpec("session_failed", "session: lost to faults (mean)", "s", "lower",
+               _part("failed"), "faults"),
+    MetricSpec("cached_ratio", "cached / prompt tokens", "ratio", "higher",
+               lambda s: s.cache.achieved_ratio, "cached"),
+    MetricSpec("ideal_ratio", "ideal cached / prompt", "ratio", "none",
+               lambda s: s.cache.ideal_ratio, "ideal"),
+    MetricSpec("achieved_vs_ideal", "cached vs ideal", "ratio", "higher",
+               lambda s: s.cache.achieved_vs_ideal, "vs ideal"),
+    MetricSpec("errors", "errors (failed attempts)", "count", "lower", _errors, "errors"),
+    MetricSpec("lag_p99", "client send lag p99", "s", "lower", lambda s: s.lag.p99, "lag p99"),
+    MetricSpec("imbalance", "replica load max/mean", "x", "lower", lambda s: s.imbalance,
+               "imbalance"),
 )  # fmt: skip
 
 
@@ -65,6 +81,7 @@ class MetricDelta(msgspec.Struct, frozen=True):
 
     key: str
     label: str
+    short: str
     unit: str
     better: str
     values: list[float | None]
@@ -123,7 +140,17 @@ def compare(
             pct.append(None if v is None or not b else 100.0 * (v - b) / abs(b))
             verdict.append(_verdict(b, v, spec.better, tolerance))
         metrics.append(
-            MetricDelta(spec.key, spec.label, spec.unit, spec.better, values, delta, pct, verdict)
+            MetricDelta(
+                spec.key,
+                spec.label,
+                spec.short or spec.label,
+                spec.unit,
+                spec.better,
+                values,
+                delta,
+                pct,
+                verdict,
+            )
         )
     warnings = []
     for s in summaries:

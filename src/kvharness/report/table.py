@@ -153,7 +153,7 @@ def render_comparison(
         t = Table(title=title, title_justify="left")
         t.add_column("run")
         for m in cmp.metrics:
-            t.add_column(m.label, justify="right")
+            t.add_column(m.short, justify="right", min_width=len(m.short))
         for i, label in enumerate(cmp.labels):
             t.add_row(label, *(_cell(m, i, sep="\n") for m in cmp.metrics))
     else:
