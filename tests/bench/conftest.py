@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kvharness.workload.chain import ChainBuilder
+from kvharness.bench.config import BenchConfig, RetryPolicy
+from kvharness.testing.openai_stub import StubServer
+from kvharness.workload.chain import ChainBuilder, materialise
 from kvharness.workload.format import save
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 
 
-def agent_workload(
+def _agent_workload(
     *,
     sessions: int = 3,
     repos: int = 1,
@@ -53,5 +57,48 @@ def agent_workload(
 def agent_workload_file(tmp_path: Path) -> Path:
     """The default :func:`agent_workload` saved in the project's workload format."""
     path = tmp_path / "agent.jsonl"
-    save(agent_workload(), path)
+    save(_agent_workload(), path)
     return path
+
+
+@pytest.fixture
+def stub() -> Iterator[StubServer]:
+    """A stub OpenAI-compatible server on loopback (its ``plan`` may be set to inject faults)."""
+    server = StubServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _bench_config(targets: Sequence[str], workload: Path, **kw: Any) -> BenchConfig:
+    """A config for tests: fast retries, no metrics scrape, model "stub" unless given."""
+    retry = RetryPolicy(max_attempts=kw.pop("max_attempts", 3), backoff=kw.pop("backoff", 0.01),
+                        timeout=kw.pop("timeout", 30.0))  # fmt: skip
+    kw.setdefault("model", "stub")
+    kw.setdefault("scrape_metrics", False)
+    return BenchConfig(targets=tuple(targets), workload=str(workload), retry=retry, **kw)
+
+
+def _first_ids(workload: Workload, session: int, n: int = 6, vocab: int = 1024) -> bytes:
+    """The start of a session's prompt as it appears in a request body (to aim faults at it)."""
+    ids = materialise(workload.sessions[session].turns[0].input, vocab)[:n]
+    return b'"prompt":[' + b",".join(b"%d" % i for i in ids)
+
+
+@pytest.fixture(name="agent_workload")
+def agent_workload_factory() -> Callable[..., Workload]:
+    """Factory: ``agent_workload(sessions=3, repos=1, repo_tokens=3000, turns=4, ...)``."""
+    return _agent_workload
+
+
+@pytest.fixture(name="bench_config")
+def bench_config_factory() -> Callable[..., BenchConfig]:
+    """Factory: ``bench_config(targets, workload_path, **BenchConfig/RetryPolicy fields)``."""
+    return _bench_config
+
+
+@pytest.fixture(name="first_ids")
+def first_ids_factory() -> Callable[..., bytes]:
+    """Factory: ``first_ids(workload, session_index)`` -> bytes that mark its requests."""
+    return _first_ids
