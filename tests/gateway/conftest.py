@@ -1,20 +1,30 @@
-"""Gateway test helpers: a real ZMQ publisher speaking vLLM's KV-event schema.
+"""Gateway test helpers: a real ZMQ publisher speaking vLLM's KV-event schema, FAKE OpenAI
+server processes (canned answers, no model: for the gateway's own behaviour), gateways.
 
 The structs below restate vLLM 0.32's wire schema (``vllm/distributed/kv_events.py``): the batch is
 an array-like struct, events are tagged structs encoded as maps with a ``type`` key; older vLLM
-encoded events as tagged arrays, which ``array_events=True`` reproduces.
+encoded events as tagged arrays (``StoredA`` / ``RemovedA``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections import deque
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
 import pytest
 import zmq
+
+from kvharness.gateway.config import GatewayConfig
+from kvharness.gateway.server import Gateway
+from kvharness.testing.vllm import free_port
 
 
 class Batch(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -150,3 +160,117 @@ def kv_schema() -> Any:
         Batch=Batch,
         encode_batch=encode_batch,
     )
+
+
+# --- fake backends and gateways ----------------------------------------------------------
+
+
+class FakeBackend:
+    """A FAKE OpenAI server process (kvharness.gateway.fake_openai): canned answers, no model."""
+
+    def __init__(self, block_size: int = 16, name: str = "") -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kvharness.gateway.fake_openai", "--port", str(self.port),
+             "--block-size", str(block_size), "--name", name],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(self.url + "/health", timeout=1).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.kill()
+                    raise RuntimeError("fake backend did not start") from None
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def fake_backends() -> Iterator[Callable[..., list[FakeBackend]]]:
+    made: list[FakeBackend] = []
+
+    def make(n: int = 1, **kw: Any) -> list[FakeBackend]:
+        out = [FakeBackend(name=f"b{len(made) + i}", **kw) for i in range(n)]
+        made.extend(out)
+        return out
+
+    yield make
+    for b in made:
+        b.kill()
+
+
+@pytest.fixture
+async def gateways() -> Any:
+    """``await gateways(backends=(...), **config)`` -> a started Gateway (port 0), stopped after."""
+    made: list[Gateway] = []
+
+    async def make(tokenizer: Any = None, **kw: Any) -> Gateway:
+        kw.setdefault("port", 0)
+        kw.setdefault("health_interval_s", 0.2)
+        gw = Gateway(GatewayConfig(**kw), tokenizer=tokenizer)
+        await gw.start()
+        made.append(gw)
+        return gw
+
+    yield make
+    for gw in made:
+        await gw.stop()
+
+
+class GatewayThread:
+    """A gateway served from its own thread and event loop (for synchronous clients)."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.gateway: Gateway | None = None
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self.loop)
+
+            async def start() -> None:
+                self.gateway = Gateway(config)
+                await self.gateway.start()
+                ready.set()
+
+            self.loop.run_until_complete(start())
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        if not ready.wait(30):
+            raise RuntimeError("gateway did not start")
+        assert self.gateway is not None
+        self.url = f"http://127.0.0.1:{self.gateway.port}"
+
+    def close(self) -> None:
+        assert self.gateway is not None
+        asyncio.run_coroutine_threadsafe(self.gateway.stop(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(30)
+        self.loop.close()
+
+
+@pytest.fixture
+def gateway_thread() -> Iterator[Callable[..., GatewayThread]]:
+    made: list[GatewayThread] = []
+
+    def make(**kw: Any) -> GatewayThread:
+        kw.setdefault("port", 0)
+        kw.setdefault("health_interval_s", 0.2)
+        g = GatewayThread(GatewayConfig(**kw))
+        made.append(g)
+        return g
+
+    yield make
+    for g in made:
+        g.close()

@@ -1,19 +1,223 @@
-"""`kvharness gateway`."""
+"""`kvharness gateway`: the KV-aware OpenAI-compatible router, and `gateway status`."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import logging
+import sys
 from typing import Any
 
 from kvharness.errors import UserError
 
-HELP = "gateway"
+HELP = "run the KV-cache-aware OpenAI-compatible gateway in front of engine replicas"
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("gateway", help=HELP, description=HELP)
+    from kvharness.routing.base import available_policies
+
+    parser = subparsers.add_parser(
+        "gateway",
+        help=HELP,
+        description=HELP + ". `kvharness gateway status --url URL` shows a running one.",
+    )
     parser.set_defaults(func=run)
+    sub = parser.add_subparsers(dest="gateway_command", metavar="{status}")
+    status = sub.add_parser("status", help="live view of a running gateway (from its /status)")
+    status.add_argument("--url", default="http://127.0.0.1:8080", help="the gateway's base URL")
+    status.add_argument("--interval", type=float, default=1.0, help="refresh period, seconds")
+    status.add_argument("--once", action="store_true", help="print one view and exit")
+    status.add_argument("--json", action="store_true", help="print the raw /status JSON and exit")
+    status.set_defaults(func=run_status)
+
+    a = parser.add_argument
+    a(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="an engine replica's base URL (repeat for each replica)",
+    )
+    a("--policy", default="agent_aware", choices=available_policies(), help="routing policy")
+    a(
+        "--policy-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a policy constructor argument (VALUE parsed as JSON, else a string); repeatable",
+    )
+    a("--host", default="127.0.0.1", help="address to listen on")
+    a("--port", type=int, default=8080, help="port to listen on (0: any free port)")
+    a(
+        "--tokenizer",
+        metavar="DIR",
+        help="the served model's directory (tokenizer.json and chat template), to hash prompts "
+        "exactly as the engines tokenise them; without it prompts are hashed approximately "
+        "and KV events cannot be matched to text prompts",
+    )
+    a("--chat-template", metavar="FILE", help="Jinja chat template overriding the model's")
+    a(
+        "--block-size",
+        type=int,
+        help="engine KV block size, tokens (default: from /metrics, else 16)",
+    )
+    a(
+        "--capacity-blocks",
+        type=int,
+        help="KV blocks per replica (default: from the replicas' /metrics, else 10000)",
+    )
+    a(
+        "--kv-events",
+        action="append",
+        default=[],
+        metavar="URL=ENDPOINT",
+        help="subscribe to a backend's vLLM KV events; ENDPOINT as given to vLLM's "
+        "--kv-events-config (tcp://*:PORT: vLLM binds, the gateway connects to the backend's "
+        "host; tcp://HOST:PORT: vLLM connects, the gateway binds)",
+    )
+    a(
+        "--kv-replay",
+        action="append",
+        default=[],
+        metavar="URL=ENDPOINT",
+        help="a backend's vLLM KV-event replay endpoint, used to recover lost events",
+    )
+    a("--kv-topic", default="", help="KV-event topic to subscribe to (default: all)")
+    a(
+        "--lru-blocks",
+        type=int,
+        help="for backends without KV events: blocks assumed cached per replica (default: unbounded)",
+    )
+    a(
+        "--max-queue",
+        type=int,
+        default=256,
+        help="requests in flight per replica before it counts as full; all full -> 429",
+    )
+    a("--retry-after", type=float, default=1.0, help="Retry-After seconds sent with a 429")
+    a(
+        "--max-attempts",
+        type=int,
+        default=3,
+        help="replicas tried per request when one fails before answering",
+    )
+    a("--health-interval", type=float, default=2.0, help="seconds between health checks")
+    a(
+        "--unhealthy-after",
+        type=int,
+        default=2,
+        help="failed health checks in a row that take a replica out",
+    )
+    a("--read-timeout", type=float, help="longest silence from a replica, seconds (default: none)")
+    a(
+        "--session-header",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="request header naming the agent session (default: x-session-id)",
+    )
+    a(
+        "--verify-hashing-every",
+        type=int,
+        default=0,
+        help="check every n-th incremental tokenisation against a full one (0: never)",
+    )
+    a("--log-level", default="WARNING", help="logging level (DEBUG, INFO, WARNING...)")  # fmt: skip
+
+
+def _options(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"--policy-option takes KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    from kvharness.gateway.config import GatewayConfig
+    from kvharness.gateway.kv_events import event_endpoint_mode, parse_event_specs
+
+    if not args.backend:
+        raise UserError("give at least one --backend URL")
+    try:
+        events = parse_event_specs(args.kv_events, "--kv-events")
+        replays = parse_event_specs(args.kv_replay, "--kv-replay")
+        backends = tuple(b.rstrip("/") for b in args.backend)
+        for url, endpoint in [*events.items(), *replays.items()]:
+            event_endpoint_mode(endpoint, url)
+        return GatewayConfig(
+            backends=backends,
+            policy=args.policy,
+            policy_options=_options(args.policy_option),
+            host=args.host,
+            port=args.port,
+            tokenizer=args.tokenizer,
+            chat_template=args.chat_template,
+            block_size=args.block_size,
+            capacity_blocks=args.capacity_blocks,
+            kv_events=events,
+            kv_replay=replays,
+            kv_topic=args.kv_topic,
+            lru_blocks=args.lru_blocks,
+            max_queue=args.max_queue,
+            retry_after_s=args.retry_after,
+            max_attempts=args.max_attempts,
+            health_interval_s=args.health_interval,
+            unhealthy_after=args.unhealthy_after,
+            read_timeout_s=args.read_timeout,
+            session_headers=tuple(h.lower() for h in args.session_header) or ("x-session-id",),
+            verify_hashing_every=args.verify_hashing_every,
+        )
+    except ValueError as err:
+        raise UserError(str(err)) from None
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UserError("not available yet")
+    from kvharness.gateway.server import Gateway
+
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config = build_config(args)
+    try:
+        gateway = Gateway(config)
+    except ValueError as err:  # e.g. policy options the policy rejects
+        raise UserError(str(err)) from None
+    except TypeError as err:
+        raise UserError(f"bad --policy-option for {config.policy}: {err}") from None
+
+    async def main() -> None:
+        port = await gateway.start()
+        print(
+            f"kvharness gateway on http://{config.host}:{port} -> {len(config.backends)} "
+            f"replica(s), policy {config.policy}",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await gateway.stop()
+
+    try:
+        asyncio.run(main())
+    except OSError as err:
+        raise UserError(f"cannot listen on {config.host}:{config.port}: {err.strerror}") from None
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from kvharness.gateway.status import fetch_status, watch_status
+
+    if args.json:
+        print(json.dumps(fetch_status(args.url), indent=2))
+        return 0
+    watch_status(args.url, args.interval, args.once)
+    return 0

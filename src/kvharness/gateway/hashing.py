@@ -19,7 +19,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 
-__all__ = ["ROOT_HASH", "block_hash", "chain_hashes"]
+__all__ = ["ROOT_HASH", "block_hash", "byte_chain_hashes", "chain_hashes"]
 
 ROOT_HASH = 0
 """The parent name of a prompt's first block."""
@@ -62,5 +62,24 @@ def chain_hashes(
         parent = int.from_bytes(
             blake2b(data[pos : pos + width], digest_size=8, key=key).digest(), "little"
         )
+        out.append(parent)
+    return out
+
+
+def byte_chain_hashes(data: bytes, bytes_per_block: int) -> list[int]:
+    """Chained names of the full ``bytes_per_block`` chunks of ``data``.
+
+    For routing without the engine's tokenizer (about 4 bytes a token): such names never match KV
+    events, so they only serve an index fed by the router's own decisions.
+    """
+    if bytes_per_block <= 0:
+        raise ValueError(f"bytes_per_block must be positive, got {bytes_per_block}")
+    view = memoryview(data)
+    out = []
+    parent = ROOT_HASH
+    for pos in range(0, len(data) - bytes_per_block + 1, bytes_per_block):
+        key = (parent | 1 << 63).to_bytes(8, "little")  # never equal to a token chain's key
+        chunk = view[pos : pos + bytes_per_block]
+        parent = int.from_bytes(hashlib.blake2b(chunk, digest_size=8, key=key).digest(), "little")
         out.append(parent)
     return out

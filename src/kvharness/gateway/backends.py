@@ -1,0 +1,103 @@
+"""Talking to the replicas besides proxying: health checks and reading vLLM's ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+__all__ = ["EngineInfo", "HealthChecker", "fetch_engine_info", "parse_cache_config"]
+
+log = logging.getLogger(__name__)
+
+_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """What a replica's ``/metrics`` says of its KV cache (None where it does not say)."""
+
+    block_size: int | None
+    num_gpu_blocks: int | None
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def parse_cache_config(metrics_text: str) -> EngineInfo:
+    """Block size and block count from vLLM's ``vllm:cache_config_info`` gauge labels."""
+    m = _CACHE_INFO.search(metrics_text)
+    if m is None:
+        return EngineInfo(None, None)
+    labels = dict(_LABEL.findall(m.group("labels")))
+    blocks = _int(labels.get("num_gpu_blocks_override")) or _int(labels.get("num_gpu_blocks"))
+    return EngineInfo(_int(labels.get("block_size")), blocks)
+
+
+async def fetch_engine_info(
+    session: aiohttp.ClientSession, url: str, timeout_s: float = 5.0
+) -> EngineInfo:
+    """The replica's cache configuration, or ``EngineInfo(None, None)`` if it cannot be read."""
+    try:
+        async with session.get(
+            url + "/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as resp:
+            if resp.status != 200:
+                return EngineInfo(None, None)
+            return parse_cache_config(await resp.text())
+    except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
+        return EngineInfo(None, None)
+
+
+class HealthChecker:
+    """Probes ``GET /health`` on each replica every ``interval_s``.
+
+    ``report(i, ok)`` is called with each probe's result; the owner decides what a failure means
+    (the gateway takes a replica out after ``unhealthy_after`` failures in a row and puts it back
+    on the first success).
+    """
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        urls: list[str],
+        report: Callable[[int, bool], None],
+        *,
+        interval_s: float = 2.0,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self.session = session
+        self.urls = urls
+        self.report = report
+        self.interval_s = interval_s
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    async def probe(self, url: str) -> bool:
+        try:
+            async with self.session.get(url + "/health", timeout=self.timeout) as resp:
+                await resp.read()
+                return resp.status == 200
+        except (TimeoutError, aiohttp.ClientError):
+            return False
+
+    async def check_all(self) -> list[bool]:
+        results = await asyncio.gather(*(self.probe(u) for u in self.urls))
+        for i, ok in enumerate(results):
+            self.report(i, ok)
+        return list(results)
+
+    async def run(self) -> None:
+        while True:
+            await self.check_all()
+            await asyncio.sleep(self.interval_s)

@@ -1,0 +1,72 @@
+"""The gateway's configuration: one frozen record, resolved once and shown at ``/status``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["GatewayConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """Everything ``kvharness gateway`` can be told. Times in seconds, sizes in tokens/blocks."""
+
+    backends: tuple[str, ...]
+    """Base URLs of the OpenAI-compatible replicas (``http://host:port``)."""
+    policy: str = "agent_aware"
+    """Routing policy name (see ``kvharness.routing.available_policies``)."""
+    policy_options: Mapping[str, Any] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 8080
+    """Port to listen on; 0 picks a free one."""
+    tokenizer: str | None = None
+    """Model directory (or tokenizer.json) whose tokenizer and chat template the engines use."""
+    chat_template: str | None = None
+    """A Jinja chat template file overriding the model's."""
+    block_size: int | None = None
+    """Engine KV block size in tokens; None: read from the replicas' /metrics (default 16)."""
+    capacity_blocks: int | None = None
+    """KV blocks per replica; None: read from the replicas' /metrics (default 10,000)."""
+    kv_events: Mapping[str, str] = field(default_factory=dict)
+    """Backend URL -> vLLM's KV-event endpoint as vLLM was given it (tcp://*:P or tcp://HOST:P)."""
+    kv_replay: Mapping[str, str] = field(default_factory=dict)
+    """Backend URL -> vLLM's KV-event replay endpoint."""
+    kv_topic: str = ""
+    """KV-event topic to subscribe to ("" takes all)."""
+    lru_blocks: int | None = None
+    """For backends without KV events: blocks the router assumes each one caches (its LRU)."""
+    max_queue: int = 256
+    """Requests in flight per replica before it is considered full; all full -> 429."""
+    retry_after_s: float = 1.0
+    max_attempts: int = 3
+    """Replicas tried per request (failures before the answer started are retried)."""
+    health_interval_s: float = 2.0
+    health_timeout_s: float = 2.0
+    unhealthy_after: int = 2
+    """Failed health checks in a row that take a replica out."""
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float | None = None
+    """Longest silence from a replica while answering; None waits forever."""
+    max_body_bytes: int = 64 * 1024 * 1024
+    session_headers: tuple[str, ...] = ("x-session-id",)
+    verify_hashing_every: int = 0
+    """Check every n-th incremental tokenisation against a full one (0: never)."""
+
+    def __post_init__(self) -> None:
+        if not self.backends:
+            raise ValueError("at least one backend is needed")
+        if self.max_queue < 1 or self.max_attempts < 1 or self.unhealthy_after < 1:
+            raise ValueError("max_queue, max_attempts and unhealthy_after must be >= 1")
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        unknown = set(self.kv_events) - set(self.backends)
+        unknown |= set(self.kv_replay) - set(self.backends)
+        if unknown:
+            raise ValueError(f"KV-event endpoints given for unknown backends: {sorted(unknown)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["policy_options"] = dict(self.policy_options)
+        return out

@@ -1,0 +1,149 @@
+"""A FAKE OpenAI-compatible server: canned answers, no model. For measuring the gateway's own
+overhead (an engine's time would drown it) and for fault tests that need a backend to misbehave
+on cue. Not an engine: tests of real serving use vLLM.
+
+Answers ``/v1/chat/completions`` and ``/v1/completions`` (streaming or not) with ``max_tokens``
+(default 8, capped at 4096) tokens of the word "tok", ``/v1/models``, ``/health`` and a
+``/metrics`` that reports a vLLM-style ``vllm:cache_config_info``. Request headers steer faults:
+
+* ``x-fake-cut-after: N``: send N stream chunks, then drop the connection (a mid-stream death).
+* ``x-fake-status: CODE``: answer CODE with an error body.
+* ``x-fake-delay-ms: MS``: wait before answering.
+
+Run: ``python -m kvharness.gateway.fake_openai --port PORT [--block-size B]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import sys
+import time
+
+from aiohttp import web
+
+__all__ = ["main", "make_app"]
+
+MODEL = "fake-model"
+
+
+def _usage(prompt_tokens: int, completion: int) -> dict[str, object]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
+
+
+def make_app(block_size: int = 16, num_blocks: int = 1000, name: str = "") -> web.Application:
+    ids = itertools.count()
+    stats = {"requests": 0}
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        stats["requests"] += 1
+        chat = request.path.endswith("/chat/completions")
+        body = await request.json()
+        delay = request.headers.get("x-fake-delay-ms")
+        if delay:
+            await asyncio.sleep(int(delay) / 1000)
+        status = request.headers.get("x-fake-status")
+        if status:
+            code = int(status)
+            err = {"error": {"message": f"fake failure {code}", "type": "fake", "code": code}}
+            return web.json_response(err, status=code)
+        n = min(int(body.get("max_tokens") or body.get("max_completion_tokens") or 8), 4096)
+        prompt = body.get("messages") if chat else body.get("prompt")
+        prompt_tokens = len(json.dumps(prompt)) // 4
+        rid = f"fake-{next(ids)}"
+        created = int(time.time())
+        obj = "chat.completion" if chat else "text_completion"
+        if not body.get("stream"):
+            if chat:
+                choice: dict[str, object] = {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": " tok" * n},
+                    "finish_reason": "length",
+                }
+            else:
+                choice = {"index": 0, "text": " tok" * n, "finish_reason": "length"}
+            return web.json_response(
+                {
+                    "id": rid,
+                    "object": obj,
+                    "created": created,
+                    "model": MODEL,
+                    "choices": [choice],
+                    "usage": _usage(prompt_tokens, n),
+                    "served_by": name,
+                }
+            )
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await resp.prepare(request)
+        cut = request.headers.get("x-fake-cut-after")
+        for i in range(n):
+            if cut is not None and i == int(cut):
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
+            if chat:
+                delta: dict[str, object] = {"index": 0, "delta": {"content": " tok"}}
+            else:
+                delta = {"index": 0, "text": " tok"}
+            chunk = {"id": rid, "object": obj + ".chunk", "created": created, "model": MODEL}
+            chunk["choices"] = [delta]
+            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        last = {"id": rid, "object": obj + ".chunk", "created": created, "model": MODEL}
+        last["choices"] = []
+        last["usage"] = _usage(prompt_tokens, n)
+        await resp.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "fake"}]}
+        )
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def metrics(request: web.Request) -> web.Response:
+        text = (
+            "# TYPE vllm:cache_config_info gauge\n"
+            f'vllm:cache_config_info{{block_size="{block_size}",num_gpu_blocks="{num_blocks}"}} 1.0\n'
+            f"fake_requests_total {stats['requests']}\n"
+        )
+        return web.Response(text=text)
+
+    app = web.Application(client_max_size=256 * 1024 * 1024)
+    app.router.add_post("/v1/chat/completions", generate)
+    app.router.add_post("/v1/completions", generate)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="a FAKE OpenAI-compatible server (no model)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, required=True, help="port to listen on")
+    parser.add_argument("--block-size", type=int, default=16, help="block size /metrics reports")
+    parser.add_argument("--name", default="", help="name put in non-streamed answers")
+    args = parser.parse_args(argv)
+    print(f"fake OpenAI server on {args.host}:{args.port}", file=sys.stderr, flush=True)
+    web.run_app(
+        make_app(args.block_size, name=args.name),
+        host=args.host,
+        port=args.port,
+        access_log=None,
+        print=None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Parsing and validating OpenAI requests at the gateway's edge (no I/O).
+
+Only what routing needs is read and checked (the body is forwarded to the replica unchanged, and the
+engine validates the rest): the prompt (chat ``messages`` or a completions ``prompt``), ``stream``,
+the output budget and ``model``. Anything malformed raises :class:`BadRequest` with a reason the
+client sees in a 400.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = ["BadRequest", "ParsedRequest", "approx_text", "first_session_header", "parse_request"]
+
+_decoder = msgspec.json.Decoder()
+
+Kind = Literal["chat", "completion"]
+
+DEFAULT_CHAT_OUTPUT = 256
+"""Output tokens assumed for routing when a chat request sets no budget (the engine's own default
+is the rest of the context, which would overstate it)."""
+
+
+class BadRequest(ValueError):
+    """The client's request is malformed; the message says why (sent back in a 400)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """What the gateway reads of a request body."""
+
+    kind: Kind
+    stream: bool
+    model: str | None
+    max_output_tokens: int
+    messages: list[dict[str, Any]] | None = None
+    """Chat messages with contents normalised to strings (as the engine renders them)."""
+    prompt_text: str | None = None
+    prompt_ids: list[int] | None = None
+    tools: list[Any] | None = None
+    add_generation_prompt: bool = True
+    template_kwargs: dict[str, Any] | None = None
+
+
+def _int_field(body: Mapping[str, Any], name: str, low: int = 0) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"'{name}' must be an integer, got {type(value).__name__}", name)
+    if value < low:
+        raise BadRequest(f"'{name}' must be >= {low}, got {value}", name)
+    return value
+
+
+def _content(message: Mapping[str, Any], i: int) -> str:
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise BadRequest(f"messages[{i}].content[{j}] must be an object with a 'type'")
+            if part["type"] == "text":
+                text = part.get("text")
+                if not isinstance(text, str):
+                    raise BadRequest(f"messages[{i}].content[{j}].text must be a string")
+                texts.append(text)
+        # vLLM joins text parts with newlines for templates that take string contents.
+        return "\n".join(texts)
+    raise BadRequest(f"messages[{i}].content must be a string, a list of parts or null")
+
+
+def _messages(raw: Any) -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or not raw:
+        raise BadRequest("'messages' must be a non-empty list", "messages")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict):
+            raise BadRequest(f"messages[{i}] must be an object", "messages")
+        role = m.get("role")
+        if not isinstance(role, str) or not role:
+            raise BadRequest(f"messages[{i}].role must be a non-empty string", "messages")
+        out.append({**m, "content": _content(m, i)})
+    return out
+
+
+def _prompt(raw: Any) -> tuple[str | None, list[int] | None]:
+    if isinstance(raw, str):
+        return raw, None
+    if isinstance(raw, list) and raw:
+        if all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in raw):
+            return None, raw
+        if len(raw) == 1:
+            return _prompt(raw[0])
+        raise BadRequest(
+            "'prompt' must be a string, a list of token ids, or a list of one of those "
+            "(batched prompts are not routed as one request)",
+            "prompt",
+        )
+    raise BadRequest("'prompt' must be a non-empty string or list of token ids", "prompt")
+
+
+def parse_request(body: bytes, kind: Kind) -> ParsedRequest:
+    """Parse and check a ``/v1/chat/completions`` (``chat``) or ``/v1/completions`` body."""
+    try:
+        data = _decoder.decode(body)
+    except msgspec.DecodeError as err:
+        raise BadRequest(f"request body is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("request body must be a JSON object")
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest("'model' must be a string", "model")
+    stream = data.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be a boolean", "stream")
+    budget = None
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = _int_field(data, name)
+        budget = value if budget is None else budget
+    _int_field(data, "n", 1)
+    if kind == "chat":
+        tools = data.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise BadRequest("'tools' must be a list", "tools")
+        kwargs = data.get("chat_template_kwargs")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise BadRequest("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+        agp = data.get("add_generation_prompt", True)
+        if not isinstance(agp, bool):
+            raise BadRequest("'add_generation_prompt' must be a boolean", "add_generation_prompt")
+        return ParsedRequest(
+            "chat",
+            stream,
+            model,
+            budget if budget is not None else DEFAULT_CHAT_OUTPUT,
+            messages=_messages(data.get("messages")),
+            tools=tools,
+            add_generation_prompt=agp,
+            template_kwargs=kwargs,
+        )
+    text, ids = _prompt(data.get("prompt"))
+    return ParsedRequest(
+        "completion",
+        stream,
+        model,
+        budget if budget is not None else 16,
+        prompt_text=text,
+        prompt_ids=ids,
+    )
+
+
+def approx_text(parsed: ParsedRequest) -> str:
+    """The prompt as text, for hashing without the engine's tokenizer (an approximation)."""
+    if parsed.messages is not None:
+        return "".join(f"<{m['role']}>{m['content']}" for m in parsed.messages)
+    return parsed.prompt_text or ""
+
+
+def first_session_header(headers: Mapping[str, str], names: Sequence[str]) -> str | None:
+    for name in names:
+        value = headers.get(name)
+        if value:
+            return value[:256]
+    return None

@@ -1,0 +1,170 @@
+"""The gateway's routing core: replica bookkeeping around a policy and the prefix index.
+
+Pure: no sockets, no clock (``now`` is passed in, seconds on any monotonic clock). The HTTP server
+calls :meth:`Router.route` for each request, then :meth:`Router.dispatched`, :meth:`first_token`
+and :meth:`finished` as the request goes; health checks call :meth:`set_healthy`. The policy is the
+same object the simulator drives; it sees one :class:`ReplicaState` per replica, kept here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from kvharness.routing.base import Policy, ReplicaState, RouteRequest
+from kvharness.routing.index import PrefixIndex
+
+__all__ = ["Flight", "NoReplica", "Overloaded", "Routed", "Router"]
+
+
+class Routed(NamedTuple):
+    replica: int
+    reason: str
+    matched_blocks: int
+
+
+class Overloaded(NamedTuple):
+    """Every healthy replica is at its queue limit."""
+
+    retry_after_s: float
+
+
+class NoReplica(NamedTuple):
+    """No healthy replica is left to try."""
+
+    tried: int
+
+
+@dataclass(slots=True)
+class Flight:
+    """One request in flight on a replica, as the router accounts for it."""
+
+    request: RouteRequest
+    replica: int
+    new_prefill_tokens: int
+    blocks: int
+    sent_at: float
+    prefilled: bool = False
+
+
+class Router:
+    """Routes hashed requests with ``policy`` over ``states``, using and feeding ``index``.
+
+    ``max_queue`` bounds the requests in flight per replica (a replica at it is not offered to the
+    policy; when all are, :meth:`route` answers :class:`Overloaded`). ``event_fed[i]`` says whether
+    replica ``i``'s index entries come from KV events; for the others the router's own decisions
+    feed the index (:meth:`PrefixIndex.record_routed`). Mutates ``states``, ``index`` and the
+    policy's own state.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        states: Sequence[ReplicaState],
+        index: PrefixIndex,
+        *,
+        max_queue: int = 256,
+        event_fed: Sequence[bool] | None = None,
+        retry_after_s: float = 1.0,
+        rate_alpha: float = 0.2,
+    ) -> None:
+        if index.num_replicas != len(states):
+            raise ValueError(f"index has {index.num_replicas} replicas, {len(states)} states given")
+        self.policy = policy
+        self.states = list(states)
+        self.index = index
+        self.max_queue = max_queue
+        self.event_fed = list(event_fed) if event_fed is not None else [False] * len(states)
+        self.retry_after_s = retry_after_s
+        self.rate_alpha = rate_alpha
+        self.inflight = [0] * len(states)
+
+    def admissible(self, i: int) -> bool:
+        return self.states[i].healthy and self.inflight[i] < self.max_queue
+
+    def route(
+        self, request: RouteRequest, now: float, exclude: frozenset[int] = frozenset()
+    ) -> Routed | Overloaded | NoReplica:
+        """Pick a replica for ``request`` among healthy, not-full replicas not in ``exclude``."""
+        states = self.states
+        ok = [self.admissible(i) and i not in exclude for i in range(len(states))]
+        if not any(ok):
+            if any(s.healthy and i not in exclude for i, s in enumerate(states)):
+                return Overloaded(self.retry_after_s)
+            return NoReplica(len(exclude))
+        matched = self.index.match(request.block_hashes)
+        health = [s.healthy for s in states]
+        try:
+            for s, good in zip(states, ok, strict=True):
+                s.healthy = good
+            decision = self.policy.choose(request, states, matched, now)
+        finally:
+            for s, good in zip(states, health, strict=True):
+                s.healthy = good
+        replica, reason = decision
+        if not (0 <= replica < len(states)) or not ok[replica]:
+            # The policy broke its contract; route by prefix then load rather than fail.
+            replica = max(
+                (i for i in range(len(states)) if ok[i]),
+                key=lambda i: (matched[i], -self.inflight[i], -i),
+            )
+            reason = "fallback"
+        return Routed(replica, reason, matched[replica])
+
+    def dispatched(self, request: RouteRequest, routed: Routed, now: float) -> Flight:
+        """The request was sent to ``routed.replica``: account for it and tell the policy."""
+        i = routed.replica
+        s = self.states[i]
+        bs = max(1, s.block_size)
+        new = max(0, request.prompt_tokens - routed.matched_blocks * bs)
+        blocks = math.ceil((request.prompt_tokens + request.max_output_tokens) / bs)
+        self.inflight[i] += 1
+        s.running += 1
+        s.pending_prefill_tokens += new
+        s.used_blocks += blocks
+        if not self.event_fed[i]:
+            self.index.record_routed(i, request.block_hashes)
+        self.policy.on_routed(request, i, now)
+        return Flight(request, i, new, blocks, now)
+
+    def first_token(self, flight: Flight, now: float) -> None:
+        """The replica started answering: the prompt is prefilled; learn its prefill rate."""
+        if flight.prefilled:
+            return
+        flight.prefilled = True
+        s = self.states[flight.replica]
+        s.pending_prefill_tokens = max(0, s.pending_prefill_tokens - flight.new_prefill_tokens)
+        elapsed = now - flight.sent_at
+        if flight.new_prefill_tokens >= 4 * s.block_size and elapsed > 0:
+            rate = flight.new_prefill_tokens / elapsed
+            old = s.prefill_tokens_per_s
+            s.prefill_tokens_per_s = rate if old <= 0 else old + self.rate_alpha * (rate - old)
+
+    def finished(self, flight: Flight, now: float) -> None:
+        """The request ended on its replica (answered, failed or abandoned)."""
+        if not flight.prefilled:
+            flight.prefilled = True
+            s = self.states[flight.replica]
+            s.pending_prefill_tokens = max(0, s.pending_prefill_tokens - flight.new_prefill_tokens)
+        i = flight.replica
+        s = self.states[i]
+        self.inflight[i] = max(0, self.inflight[i] - 1)
+        s.running = max(0, s.running - 1)
+        s.used_blocks = max(0, s.used_blocks - flight.blocks)
+        self.policy.on_finished(flight.request, i, now)
+
+    def set_healthy(self, i: int, healthy: bool) -> bool:
+        """Mark replica ``i`` up or down; returns whether that changed anything.
+
+        A replica that went down lost its cache (or will be restarted empty), so its index entries
+        are dropped.
+        """
+        s = self.states[i]
+        if s.healthy == healthy:
+            return False
+        s.healthy = healthy
+        if not healthy:
+            self.index.mark_stale(i)
+        return True

@@ -1,0 +1,618 @@
+"""The gateway's HTTP server: an OpenAI-compatible proxy routing each request by KV-cache contents.
+
+Per request: read and check the body (400 with a reason when malformed), hash the prompt as the
+engines would (incrementally per session), let the policy pick among healthy, not-full replicas
+(429 with Retry-After when all are full), forward the body unchanged and stream the answer back
+byte for byte. A replica that fails before the answer started is marked down and the request is
+tried on another; a stream cut mid-way ends with an SSE ``error`` event. Replica bookkeeping lives
+in :class:`kvharness.gateway.router.Router` (pure); this module adds the clock and the sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import msgspec
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from kvharness.gateway.backends import HealthChecker, fetch_engine_info
+from kvharness.gateway.config import GatewayConfig
+from kvharness.gateway.hashing import byte_chain_hashes
+from kvharness.gateway.kv_events import KVEventSubscriber
+from kvharness.gateway.metrics import GatewayMetrics, ReplicaView
+from kvharness.gateway.requests import (
+    BadRequest,
+    Kind,
+    ParsedRequest,
+    approx_text,
+    first_session_header,
+    parse_request,
+)
+from kvharness.gateway.router import Flight, NoReplica, Overloaded, Router
+from kvharness.gateway.sessions import HashedPrompt, PromptHasher
+from kvharness.gateway.tokenizer import EngineTokenizer, TemplateError, load_engine_tokenizer
+from kvharness.routing.base import ReplicaState, RouteRequest, make_policy
+from kvharness.routing.index import PrefixIndex
+
+__all__ = ["Gateway", "error_body"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_CAPACITY_BLOCKS = 10_000
+_INLINE_HASH_BYTES = 256 * 1024
+"""Bodies larger than this are hashed in a worker thread, not on the event loop."""
+_RETRY_STATUSES = frozenset({502, 503, 504})
+_NOT_FORWARDED = frozenset(
+    {
+        "host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade",
+        "te", "trailer", "proxy-authorization", "proxy-connection", "accept-encoding",
+    }
+)  # fmt: skip
+"""Hop-by-hop and body-framing headers; the rest of a request's headers go to the replica."""
+_json = msgspec.json.Encoder()
+
+
+def error_body(message: str, kind: str, status: int, param: str | None = None) -> bytes:
+    """An OpenAI-style error object."""
+    return _json.encode(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    )
+
+
+def _error(
+    status: int,
+    message: str,
+    kind: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    return web.Response(
+        status=status,
+        body=error_body(message, kind, status, param),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+class _UpstreamFailed(Exception):
+    """The replica failed before the answer to the client started: safe to retry elsewhere."""
+
+
+class Gateway:
+    """One gateway: replicas, index, policy, hasher, metrics, and the aiohttp application.
+
+    Use :meth:`start` / :meth:`stop` (tests, embedding) or :meth:`serve_forever` (the CLI).
+    """
+
+    def __init__(self, config: GatewayConfig, tokenizer: EngineTokenizer | None = None) -> None:
+        self.config = config
+        self.urls = [u.rstrip("/") for u in config.backends]
+        if tokenizer is None and config.tokenizer is not None:
+            tokenizer = load_engine_tokenizer(config.tokenizer, config.chat_template)
+        self.tokenizer = tokenizer
+        bs = config.block_size or DEFAULT_BLOCK_SIZE
+        cap = config.capacity_blocks or DEFAULT_CAPACITY_BLOCKS
+        self.states = [ReplicaState(u, capacity_blocks=cap, block_size=bs) for u in self.urls]
+        self.index = PrefixIndex(len(self.urls), lru_capacity=config.lru_blocks)
+        self.policy = make_policy(config.policy, **config.policy_options)
+        events = {k.rstrip("/"): v for k, v in config.kv_events.items()}
+        replays = {k.rstrip("/"): v for k, v in config.kv_replay.items()}
+        self.subscribers: list[KVEventSubscriber | None] = []
+        for i, url in enumerate(self.urls):
+            if url in events:
+                self.subscribers.append(
+                    KVEventSubscriber(
+                        url,
+                        events[url],
+                        apply=functools.partial(self.index.apply, i),
+                        mark_stale=functools.partial(self.index.mark_stale, i),
+                        replay_endpoint=replays.get(url),
+                        topic=config.kv_topic,
+                    )
+                )
+            else:
+                self.subscribers.append(None)
+        self.router = Router(
+            self.policy,
+            self.states,
+            self.index,
+            max_queue=config.max_queue,
+            event_fed=[s is not None for s in self.subscribers],
+            retry_after_s=config.retry_after_s,
+        )
+        self.hasher = PromptHasher(tokenizer, bs, verify_every=config.verify_hashing_every)
+        self.metrics = GatewayMetrics()
+        self.metrics.watch(
+            lambda: [
+                ReplicaView(u, s, e)
+                for u, s, e in zip(self.urls, self.states, self.subscribers, strict=True)
+            ],
+            lambda: self.router.inflight,
+            self.index,
+            lambda: self.hasher.stats,
+        )
+        self._fails = [0] * len(self.urls)
+        self._ids = itertools.count()
+        self._hash_lock = asyncio.Lock()
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runner: web.AppRunner | None = None
+        self.started_at = time.time()
+        self.port = config.port
+        self.app = self._make_app()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def _make_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[_errors])
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/status", self._status)
+        app.cleanup_ctx.append(self._lifespan)
+        return app
+
+    async def _lifespan(self, app: web.Application) -> AsyncIterator[None]:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=self.config.connect_timeout_s,
+                sock_read=self.config.read_timeout_s,
+            ),
+            auto_decompress=False,
+        )
+        await self._discover()
+        for sub in self.subscribers:
+            if sub is not None:
+                sub.open()
+                self._tasks.append(asyncio.create_task(sub.run()))
+        checker = HealthChecker(
+            self._session,
+            self.urls,
+            self._report_health,
+            interval_s=self.config.health_interval_s,
+            timeout_s=self.config.health_timeout_s,
+        )
+        self._tasks.append(asyncio.create_task(checker.run()))
+        try:
+            yield
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self._tasks.clear()
+            await self._session.close()
+
+    async def _discover(self) -> None:
+        """Read block size and cache size from the replicas unless configured."""
+        assert self._session is not None
+        if self.config.block_size is not None and self.config.capacity_blocks is not None:
+            return
+        infos = await asyncio.gather(*(fetch_engine_info(self._session, u) for u in self.urls))
+        sizes = {i.block_size for i in infos if i.block_size}
+        if self.config.block_size is None and sizes:
+            if len(sizes) > 1:
+                log.warning("replicas report different block sizes %s; using the first", sizes)
+            self._set_block_size(next(i.block_size for i in infos if i.block_size))
+        if self.config.capacity_blocks is None:
+            for s, info in zip(self.states, infos, strict=True):
+                if info.num_gpu_blocks:
+                    s.capacity_blocks = info.num_gpu_blocks
+
+    def _set_block_size(self, bs: int) -> None:
+        if bs == self.hasher.block_size:
+            return
+        log.info("engine block size %d tokens", bs)
+        for s in self.states:
+            s.block_size = bs
+        self.hasher = PromptHasher(
+            self.tokenizer, bs, verify_every=self.config.verify_hashing_every
+        )
+
+    async def start(self) -> int:
+        """Start listening; returns the port (useful with ``port=0``)."""
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
+        await site.start()
+        for addr in self._runner.addresses:
+            if isinstance(addr, tuple) and len(addr) >= 2:
+                self.port = int(addr[1])
+                break
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.stop()
+
+    # --- feeding ---------------------------------------------------------------------------
+
+    def _report_health(self, i: int, ok: bool) -> None:
+        if ok:
+            self._fails[i] = 0
+            if self.router.set_healthy(i, True):
+                log.warning("replica %s is back", self.urls[i])
+            return
+        self._fails[i] += 1
+        if self._fails[i] >= self.config.unhealthy_after and self.router.set_healthy(i, False):
+            log.warning("replica %s failed %d health checks: out", self.urls[i], self._fails[i])
+
+    def _suspect(self, i: int, why: str) -> None:
+        """A request could not reach replica ``i``: take it out until a health check passes."""
+        self._fails[i] = self.config.unhealthy_after
+        if self.router.set_healthy(i, False):
+            log.warning("replica %s out: %s", self.urls[i], why)
+
+    # --- hashing ---------------------------------------------------------------------------
+
+    def _hash_sync(self, parsed: ParsedRequest, sid: str | None) -> HashedPrompt:
+        h = self.hasher
+        if parsed.prompt_ids is not None:
+            return h.completion_ids(parsed.prompt_ids, sid)
+        if self.tokenizer is None or (
+            parsed.messages is not None and self.tokenizer.template is None
+        ):
+            data = approx_text(parsed).encode()
+            hashes = byte_chain_hashes(data, 4 * h.block_size)
+            return HashedPrompt(tuple(hashes), len(data) // 4, (), 0)
+        if parsed.messages is not None:
+            return h.chat(
+                parsed.messages,
+                sid,
+                tools=parsed.tools,
+                add_generation_prompt=parsed.add_generation_prompt,
+                extra=parsed.template_kwargs,
+            )
+        assert parsed.prompt_text is not None
+        return h.completion_text(parsed.prompt_text, sid)
+
+    async def _hash(self, parsed: ParsedRequest, sid: str | None, size: int) -> HashedPrompt:
+        async with self._hash_lock:
+            if size <= _INLINE_HASH_BYTES:
+                return self._hash_sync(parsed, sid)
+            return await asyncio.to_thread(self._hash_sync, parsed, sid)
+
+    # --- handlers --------------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._proxy(request, "chat", "/v1/chat/completions")
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._proxy(request, "completion", "/v1/completions")
+
+    async def _proxy(self, request: web.Request, kind: Kind, path: str) -> web.StreamResponse:
+        t0 = time.perf_counter()
+        m = self.metrics
+        body = await request.read()
+        try:
+            parsed = parse_request(body, kind)
+        except BadRequest as err:
+            m.errors.labels("bad_request").inc()
+            return _error(400, str(err), "invalid_request_error", err.param)
+        sid = first_session_header(request.headers, self.config.session_headers)
+        try:
+            hashed = await self._hash(parsed, sid, len(body))
+        except (TemplateError, ValueError, OverflowError) as err:
+            m.errors.labels("bad_request").inc()
+            return _error(
+                400, f"cannot render or tokenise the prompt: {err}", "invalid_request_error"
+            )
+        route_req = RouteRequest(
+            request_id=f"gw-{next(self._ids)}",
+            session_id=sid,
+            block_hashes=hashed.block_hashes,
+            prompt_tokens=hashed.num_tokens,
+            max_output_tokens=parsed.max_output_tokens,
+        )
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
+        tried: set[int] = set()
+        last_error = "no replica"
+        for _attempt in range(self.config.max_attempts):
+            outcome = self.router.route(route_req, time.monotonic(), frozenset(tried))
+            if isinstance(outcome, Overloaded):
+                m.errors.labels("overloaded").inc()
+                wait = max(1, round(outcome.retry_after_s))
+                return _error(
+                    429,
+                    f"all replicas are at their queue limit ({self.config.max_queue}); retry later",
+                    "rate_limit_error",
+                    headers={"Retry-After": str(wait)},
+                )
+            if isinstance(outcome, NoReplica):
+                break
+            i = outcome.replica
+            tried.add(i)
+            m.decisions.labels(outcome.reason).inc()
+            if hashed.num_tokens:
+                bs = self.states[i].block_size
+                m.matched_ratio.observe(min(1.0, outcome.matched_blocks * bs / hashed.num_tokens))
+            sub = self.subscribers[i]
+            if sub is not None and sub.translator.recovering and hashed.token_ids:
+                sub.translator.learn_route(
+                    hashed.block_hashes, hashed.token_ids, self.states[i].block_size
+                )
+            flight = self.router.dispatched(route_req, outcome, time.monotonic())
+            m.route_seconds.observe(time.perf_counter() - t0)
+            try:
+                return await self._forward(request, i, path, body, headers, parsed, flight, kind)
+            except _UpstreamFailed as err:
+                last_error = str(err)
+                m.retries.labels("upstream_failed").inc()
+                m.requests.labels(self.urls[i], kind, "retried").inc()
+            finally:
+                self.router.finished(flight, time.monotonic())
+        m.errors.labels("no_replica").inc()
+        status = 502 if tried else 503
+        return _error(status, f"no replica could serve the request: {last_error}", "upstream_error")
+
+    async def _forward(
+        self,
+        request: web.Request,
+        i: int,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        parsed: ParsedRequest,
+        flight: Flight,
+        kind: Kind,
+    ) -> web.StreamResponse:
+        assert self._session is not None
+        url = self.urls[i]
+        try:
+            upstream = await self._session.post(url + path, data=body, headers=headers)
+        except (TimeoutError, aiohttp.ClientConnectionError, OSError) as err:
+            self._suspect(i, f"{type(err).__name__}: {err}")
+            raise _UpstreamFailed(f"{url}: {type(err).__name__}: {err}") from None
+        try:
+            if upstream.status in _RETRY_STATUSES:
+                raise _UpstreamFailed(f"{url} answered {upstream.status}")
+            ctype = upstream.headers.get("Content-Type", "application/json")
+            if not ctype.startswith("text/event-stream"):
+                try:
+                    data = await upstream.read()
+                except (TimeoutError, aiohttp.ClientError) as err:
+                    self._suspect(i, f"answer cut: {err}")
+                    raise _UpstreamFailed(f"{url}: answer cut: {err}") from None
+                self.router.first_token(flight, time.monotonic())
+                if upstream.status == 200:
+                    self._observe_usage(data)
+                outcome = "ok" if upstream.status < 400 else f"http_{upstream.status}"
+                self.metrics.requests.labels(url, kind, outcome).inc()
+                return web.Response(
+                    status=upstream.status,
+                    body=data,
+                    headers={"Content-Type": ctype, "x-kvharness-replica": url},
+                )
+            return await self._stream(request, upstream, i, flight, kind, ctype)
+        finally:
+            if upstream.content.at_eof():
+                upstream.release()
+            else:
+                upstream.close()  # abandons the answer: the engine stops generating it
+
+    async def _stream(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        i: int,
+        flight: Flight,
+        kind: Kind,
+        ctype: str,
+    ) -> web.StreamResponse:
+        url = self.urls[i]
+        content = upstream.content
+        try:
+            first = await content.readany()
+        except (TimeoutError, aiohttp.ClientError) as err:
+            self._suspect(i, f"stream failed before its first byte: {err}")
+            raise _UpstreamFailed(f"{url}: stream failed before its first byte: {err}") from None
+        if not first:
+            self._suspect(i, "empty stream")
+            raise _UpstreamFailed(f"{url}: the stream ended before its first byte")
+        self.router.first_token(flight, time.monotonic())
+        resp = web.StreamResponse(
+            status=upstream.status,
+            headers={
+                "Content-Type": ctype,
+                "Cache-Control": "no-cache",
+                "x-kvharness-replica": url,
+            },
+        )
+        await resp.prepare(request)
+        tail = first
+        try:
+            await resp.write(first)
+            while True:
+                try:
+                    chunk = await content.readany()
+                except (TimeoutError, aiohttp.ClientError) as err:
+                    self.metrics.errors.labels("midstream").inc()
+                    self.metrics.requests.labels(url, kind, "cut").inc()
+                    self._suspect(i, f"stream cut: {err}")
+                    msg = f"the replica {url} failed mid-stream ({type(err).__name__}); the answer is incomplete"
+                    event = (
+                        b"event: error\ndata: " + error_body(msg, "upstream_error", 502) + b"\n\n"
+                    )
+                    await resp.write(event)
+                    await resp.write_eof()
+                    return resp
+                if not chunk:
+                    break
+                await resp.write(chunk)
+                tail = (tail + chunk)[-4096:]
+            await resp.write_eof()
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            self.metrics.requests.labels(url, kind, "client_gone").inc()
+            return resp
+        self.metrics.requests.labels(url, kind, "ok").inc()
+        self._observe_stream_usage(tail)
+        return resp
+
+    def _observe_usage(self, data: bytes) -> None:
+        if b'"usage"' not in data[-2048:] and b'"usage"' not in data[:2048]:
+            return
+        try:
+            usage = msgspec.json.decode(data).get("usage")
+        except (msgspec.DecodeError, AttributeError):
+            return
+        self._observe_usage_obj(usage)
+
+    def _observe_stream_usage(self, tail: bytes) -> None:
+        at = tail.rfind(b'"usage"')
+        if at < 0:
+            return
+        start = tail.rfind(b"data: ", 0, at)
+        end = tail.find(b"\n", at)
+        if start < 0:
+            return
+        try:
+            obj = msgspec.json.decode(tail[start + 6 : end if end > 0 else None])
+        except msgspec.DecodeError:
+            return
+        if isinstance(obj, dict):
+            self._observe_usage_obj(obj.get("usage"))
+
+    def _observe_usage_obj(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        prompt = usage.get("prompt_tokens")
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(prompt, int) and prompt > 0:
+            cached = details.get("cached_tokens")
+            if isinstance(cached, int):
+                self.metrics.cached_ratio.observe(min(1.0, cached / prompt))
+
+    async def _models(self, request: web.Request) -> web.Response:
+        assert self._session is not None
+        timeout = aiohttp.ClientTimeout(total=self.config.health_timeout_s)
+
+        async def one(url: str) -> list[Any]:
+            try:
+                async with self._session.get(url + "/v1/models", timeout=timeout) as r:  # type: ignore[union-attr]
+                    if r.status != 200:
+                        return []
+                    data = msgspec.json.decode(await r.read())
+                    models = data.get("data") if isinstance(data, dict) else None
+                    return models if isinstance(models, list) else []
+            except (TimeoutError, aiohttp.ClientError, msgspec.DecodeError):
+                return []
+
+        healthy = [u for u, s in zip(self.urls, self.states, strict=True) if s.healthy]
+        seen: dict[str, Any] = {}
+        for models in await asyncio.gather(*(one(u) for u in healthy)):
+            for mdl in models:
+                if isinstance(mdl, dict) and isinstance(mdl.get("id"), str):
+                    seen.setdefault(mdl["id"], mdl)
+        if not seen:
+            return _error(503, "no healthy replica answered /v1/models", "upstream_error")
+        return web.Response(
+            body=_json.encode({"object": "list", "data": list(seen.values())}),
+            content_type="application/json",
+        )
+
+    async def _health(self, request: web.Request) -> web.Response:
+        healthy = sum(s.healthy for s in self.states)
+        body = {"status": "ok" if healthy else "unavailable", "healthy_replicas": healthy}
+        return web.Response(
+            status=200 if healthy else 503, body=_json.encode(body), content_type="application/json"
+        )
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.metrics.registry),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
+        )
+
+    async def _status(self, request: web.Request) -> web.Response:
+        return web.Response(body=_json.encode(self.status()), content_type="application/json")
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-able snapshot: configuration, replicas, index and event streams, hashing."""
+        replicas = []
+        for i, (url, s, sub) in enumerate(
+            zip(self.urls, self.states, self.subscribers, strict=True)
+        ):
+            entry: dict[str, Any] = {
+                "url": url,
+                "healthy": s.healthy,
+                "inflight": self.router.inflight[i],
+                "pending_prefill_tokens": s.pending_prefill_tokens,
+                "prefill_tokens_per_s": round(s.prefill_tokens_per_s, 1),
+                "capacity_blocks": s.capacity_blocks,
+                "index_blocks": self.index.cached_blocks(i),
+                "kv_events": None,
+            }
+            if sub is not None:
+                st = sub.stats
+                entry["kv_events"] = {
+                    "endpoint": sub.endpoint,
+                    "batches": st.batches,
+                    "events": st.events,
+                    "gaps": st.gaps,
+                    "replays": st.replays,
+                    "stale_marks": st.stale_marks,
+                    "last_seq": st.last_seq,
+                    "lag_s": round(st.last_lag_s, 4),
+                    "age_s": round(time.time() - st.last_batch_at, 3) if st.last_batch_at else None,
+                    "recovering": sub.translator.recovering,
+                }
+            replicas.append(entry)
+        hs = self.hasher.stats
+        return {
+            "policy": self.config.policy,
+            "block_size": self.hasher.block_size,
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "tokenizer": str(self.tokenizer.path) if self.tokenizer else None,
+            "replicas": replicas,
+            "hashing": {
+                "prompts": hs.prompts,
+                "incremental": hs.incremental,
+                "tokens_total": hs.tokens_total,
+                "tokens_reused": hs.tokens_reused,
+                "mismatches": hs.mismatches,
+                "sessions": len(self.hasher),
+            },
+            "config": self.config.to_dict(),
+        }
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """HTTP errors as OpenAI-style JSON; an unexpected exception is logged and answered 500."""
+    try:
+        resp: web.StreamResponse = await handler(request)
+        return resp
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        kind = "invalid_request_error" if exc.status < 500 else "server_error"
+        return _error(exc.status, exc.reason, kind)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("gateway bug while serving %s %s", request.method, request.path)
+        return _error(500, "internal gateway error", "server_error")

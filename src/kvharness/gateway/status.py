@@ -1,0 +1,80 @@
+"""``kvharness gateway status``: a live view of a running gateway, read from its ``/status``."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from kvharness.errors import UserError
+
+__all__ = ["fetch_status", "render_status", "watch_status"]
+
+
+def fetch_status(url: str, timeout: float = 5.0) -> dict[str, Any]:
+    """The gateway's ``/status`` JSON; raises :class:`UserError` when it cannot be had."""
+    target = url.rstrip("/") + "/status"
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as resp:
+            data: dict[str, Any] = json.loads(resp.read())
+            return data
+    except urllib.error.HTTPError as err:
+        raise UserError(f"{target} answered {err.code}") from None
+    except (urllib.error.URLError, OSError) as err:
+        raise UserError(f"cannot reach {target}: {getattr(err, 'reason', err)}") from None
+    except ValueError:
+        raise UserError(f"{target} did not answer JSON (is it a kvharness gateway?)") from None
+
+
+def render_status(status: dict[str, Any]) -> Group:
+    """Replicas (health, load, index, KV events) and hashing, as rich renderables."""
+    head = Text(
+        f"policy {status.get('policy')}  block size {status.get('block_size')}  "
+        f"uptime {status.get('uptime_s')} s  tokenizer {status.get('tokenizer') or '-'}"
+    )
+    table = Table(title="replicas", expand=False)
+    for col in ("replica", "up", "in flight", "pending prefill", "prefill tok/s", "index blocks",
+                "events", "gaps", "stale", "lag ms"):  # fmt: skip
+        table.add_column(col, justify="right" if col not in ("replica", "up") else "left")
+    for r in status.get("replicas", []):
+        ev = r.get("kv_events") or {}
+        table.add_row(
+            str(r.get("url")),
+            "[green]up[/]" if r.get("healthy") else "[red]down[/]",
+            str(r.get("inflight")),
+            str(r.get("pending_prefill_tokens")),
+            str(r.get("prefill_tokens_per_s")),
+            str(r.get("index_blocks")),
+            str(ev.get("events", "-")),
+            str(ev.get("gaps", "-")),
+            str(ev.get("stale_marks", "-")),
+            f"{1000 * ev['lag_s']:.1f}" if ev.get("lag_s") is not None else "-",
+        )
+    h = status.get("hashing", {})
+    total = h.get("tokens_total") or 0
+    reused = h.get("tokens_reused") or 0
+    hashing = Text(
+        f"prompts {h.get('prompts')}  incremental {h.get('incremental')}  sessions "
+        f"{h.get('sessions')}  tokens reused {reused}/{total}"
+        + (f" ({100 * reused / total:.1f}%)" if total else "")
+        + f"  mismatches {h.get('mismatches')}"
+    )
+    return Group(head, table, hashing)
+
+
+def watch_status(url: str, interval: float, once: bool, console: Console | None = None) -> None:
+    console = console or Console()
+    if once:
+        console.print(render_status(fetch_status(url)))
+        return
+    with Live(render_status(fetch_status(url)), console=console, refresh_per_second=4) as live:
+        while True:
+            time.sleep(interval)
+            live.update(render_status(fetch_status(url)))
