@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvharness.report._columns import Columns
 from kvharness.report.compare import compare, fmt_value
 from kvharness.report.metrics import BREAKDOWN_PARTS, Summary, session_times
 from kvharness.report.records import TurnRecord
@@ -21,6 +22,7 @@ from kvharness.report.svg import PALETTE, Series, grouped_bars, line_chart, stac
 __all__ = ["render_html", "write_html"]
 
 Run = tuple[Summary, Sequence[TurnRecord]]
+_Run = tuple[Summary, Columns]
 
 PART_COLORS = {
     "lag": "#7f7f7f",
@@ -86,10 +88,11 @@ def _color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
-def _ttft_cdf(runs: Sequence[Run]) -> str:
+def _ttft_cdf(runs: Sequence[_Run]) -> str:
     series = []
-    for i, (s, records) in enumerate(runs):
-        t = np.sort([r.first_token - r.sent for r in records if r.ok and r.first_token is not None])
+    for i, (s, c) in enumerate(runs):
+        has = c.ok & ~np.isnan(c.first)
+        t = np.sort(c.first[has] - c.sent[has])
         if t.size == 0:
             continue
         q = np.linspace(0.0, 1.0, min(_CDF_POINTS, t.size))
@@ -101,7 +104,7 @@ def _ttft_cdf(runs: Sequence[Run]) -> str:
     )  # fmt: skip
 
 
-def _ttft_by_turn(runs: Sequence[Run]) -> str:
+def _ttft_by_turn(runs: Sequence[_Run]) -> str:
     series = []
     for i, (s, _) in enumerate(runs):
         rows = [b for b in s.by_turn if b.ttft_p50 is not None and b.ttft_p90 is not None]
@@ -116,14 +119,14 @@ def _ttft_by_turn(runs: Sequence[Run]) -> str:
     )  # fmt: skip
 
 
-def _parts_used(runs: Sequence[Run]) -> list[str]:
+def _parts_used(runs: Sequence[_Run]) -> list[str]:
     used = {k for s, _ in runs if s.breakdown for k, v in s.breakdown.parts().items() if v}
     return [k for k in BREAKDOWN_PARTS if k in used] or ["tool", "decode"]
 
 
-def _session_bars(i: int, run: Run, parts: list[str]) -> str:
-    s, records = run
-    times = sorted(session_times(records), key=lambda t: t.makespan)
+def _session_bars(i: int, run: _Run, parts: list[str]) -> str:
+    s, c = run
+    times = sorted(session_times(c), key=lambda t: t.makespan)
     if len(times) > _SESSION_BARS:  # sessions at evenly spaced ranks of makespan, longest included
         picks = np.linspace(0, len(times) - 1, _SESSION_BARS).round().astype(int)
         times = [times[j] for j in sorted(set(picks.tolist()))]
@@ -138,7 +141,7 @@ def _session_bars(i: int, run: Run, parts: list[str]) -> str:
     )  # fmt: skip
 
 
-def _mean_breakdown(runs: Sequence[Run], parts: list[str]) -> str:
+def _mean_breakdown(runs: Sequence[_Run], parts: list[str]) -> str:
     bars = [(s.label, [getattr(s.breakdown, k) for k in parts]) for s, _ in runs if s.breakdown]
     return stacked_hbars(
         bars, [(k.replace("_", "+"), PART_COLORS[k]) for k in parts],
@@ -147,7 +150,7 @@ def _mean_breakdown(runs: Sequence[Run], parts: list[str]) -> str:
     )  # fmt: skip
 
 
-def _cache_bars(runs: Sequence[Run]) -> str:
+def _cache_bars(runs: Sequence[_Run]) -> str:
     labels = [s.label for s, _ in runs]
     return grouped_bars(
         labels,
@@ -160,7 +163,7 @@ def _cache_bars(runs: Sequence[Run]) -> str:
     )  # fmt: skip
 
 
-def _cache_by_turn(runs: Sequence[Run]) -> str:
+def _cache_by_turn(runs: Sequence[_Run]) -> str:
     series = []
     for i, (s, _) in enumerate(runs):
         a = [b for b in s.by_turn if b.cached_ratio is not None and b.ideal_ratio is not None]
@@ -185,7 +188,7 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return f"<table><tr>{h}</tr>{body}</table>"
 
 
-def _comparison_table(runs: Sequence[Run]) -> str:
+def _comparison_table(runs: Sequence[_Run]) -> str:
     cmp = compare([s for s, _ in runs])
     rows = []
     for m in cmp.metrics:
@@ -234,6 +237,10 @@ def render_html(runs: Sequence[Run], *, title: str | None = None) -> str:
     """The report page for one or several runs, each given as (summary, its records)."""
     if not runs:
         raise ValueError("no runs to report")
+    return _page([(s, Columns(records)) for s, records in runs], title)
+
+
+def _page(runs: Sequence[_Run], title: str | None) -> str:
     labels = ", ".join(s.label for s, _ in runs)
     title = title or f"kvharness report — {labels}"
     parts = _parts_used(runs)

@@ -42,7 +42,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
+from kvharness.report._columns import PARTS, Columns, session_arrays
 from kvharness.report.records import TurnRecord
 
 __all__ = [
@@ -73,15 +75,15 @@ class Dist(msgspec.Struct, frozen=True):
     max: float | None = None
 
 
-def dist(values: Iterable[float]) -> Dist:
-    a = np.fromiter(values, dtype=np.float64)
+def dist(values: Iterable[float] | npt.NDArray[np.float64]) -> Dist:
+    a = values if isinstance(values, np.ndarray) else np.fromiter(values, dtype=np.float64)
     if a.size == 0:
         return Dist(0)
     p50, p90, p99 = (float(x) for x in np.percentile(a, [50, 90, 99]))
     return Dist(int(a.size), float(a.mean()), p50, p90, p99, float(a.max()))
 
 
-BREAKDOWN_PARTS = ("lag", "queue", "prefill", "queue_prefill", "decode", "tool", "failed")
+BREAKDOWN_PARTS = PARTS
 """Order of the parts of a session's time, as shown in tables and plots."""
 
 
@@ -209,60 +211,26 @@ def record_end(r: TurnRecord) -> float:
     return r.sent
 
 
-def _order(r: TurnRecord) -> tuple[int, int, float]:
-    return (r.turn, r.attempt, r.intended)
-
-
-def _session_time(
-    session: str, recs: Sequence[TurnRecord], expected_turns: int | None
-) -> SessionTime:
-    recs = sorted(recs, key=_order)
-    parts = dict.fromkeys(BREAKDOWN_PARTS, 0.0)
-    start = cursor = recs[0].intended
-    prev_turn: int | None = None
-    succeeded: set[int] = set()
-    for r in recs:
-        if prev_turn is not None:
-            parts["tool" if r.turn != prev_turn else "failed"] += r.intended - cursor
-        parts["lag"] += r.sent - r.intended
-        end = record_end(r)
-        if r.ok:
-            assert r.done is not None
-            first = r.first_token if r.first_token is not None else r.done
-            if r.scheduled is not None:
-                parts["queue"] += r.scheduled - r.sent
-                parts["prefill"] += first - r.scheduled
-            else:
-                parts["queue_prefill"] += first - r.sent
-            parts["decode"] += r.done - first
-            succeeded.add(r.turn)
-        else:
-            parts["failed"] += end - r.sent
-        cursor = end
-        prev_turn = r.turn
-    seen = {r.turn for r in recs}
-    top = max(seen)
-    completed = succeeded == seen and len(seen) == top + 1
-    if expected_turns is not None and len(seen) != expected_turns:
-        completed = False
-    return SessionTime(session, start, cursor, len(seen), completed, Breakdown(**parts))
-
-
 def session_times(
-    records: Iterable[TurnRecord], expected_turns: Mapping[str, int] | None = None
+    records: Sequence[TurnRecord] | Columns, expected_turns: Mapping[str, int] | None = None
 ) -> list[SessionTime]:
     """Per-session span, completion and breakdown, in order of session start.
 
     ``expected_turns`` (session id -> number of turns the workload has) marks sessions whose run
     stopped early as not completed; without it a session is judged by the turns it has.
     """
-    by_session: dict[str, list[TurnRecord]] = defaultdict(list)
-    for r in records:
-        by_session[r.session].append(r)
+    c = records if isinstance(records, Columns) else Columns(records)
+    a = session_arrays(c, expected_turns)
+    parts = [a.parts[k].tolist() for k in BREAKDOWN_PARTS]
     out = [
-        _session_time(s, recs, None if expected_turns is None else expected_turns.get(s, 0))
-        for s, recs in by_session.items()
-    ]
+        SessionTime(
+            name, start, end, turns, completed, Breakdown(*(p[i] for p in parts))
+        )
+        for i, (name, start, end, turns, completed) in enumerate(
+            zip(c.session_names, a.start.tolist(), a.end.tolist(), a.turns.tolist(),
+                a.completed.tolist(), strict=True)
+        )
+    ]  # fmt: skip
     out.sort(key=lambda t: (t.start, t.session))
     return out
 
@@ -271,47 +239,50 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-def _cache(ok: Sequence[TurnRecord]) -> CacheStats:
-    reported = [r for r in ok if r.cached_tokens is not None]
-    prompt = sum(r.prompt_tokens for r in reported)
-    cached = sum(r.cached_tokens or 0 for r in reported)
-    ideal = sum(r.ideal_cached_tokens for r in reported)
+def _cache(c: Columns, mask: npt.NDArray[np.bool_]) -> CacheStats:
+    """Cache figures over the successful attempts selected by ``mask``."""
+    reported = mask & (c.cached >= 0)
+    prompt = int(c.prompt[reported].sum())
+    cached = int(c.cached[reported].sum())
+    ideal = int(c.ideal[reported].sum())
     return CacheStats(
         prompt_tokens=prompt,
         cached_tokens=cached,
         ideal_cached_tokens=ideal,
-        unreported=len(ok) - len(reported),
+        unreported=int(mask.sum() - reported.sum()),
         achieved_ratio=_ratio(cached, prompt),
         ideal_ratio=_ratio(ideal, prompt),
         achieved_vs_ideal=_ratio(cached, ideal),
     )
 
 
-def _by_turn(ok: Sequence[TurnRecord]) -> list[TurnIndexStats]:
-    groups: dict[int, list[TurnRecord]] = defaultdict(list)
-    for r in ok:
-        groups[r.turn].append(r)
+def _by_turn(c: Columns) -> list[TurnIndexStats]:
     out = []
-    for turn in sorted(groups):
-        g = groups[turn]
-        d = dist(r.first_token - r.sent for r in g if r.first_token is not None)
-        c = _cache(g)
-        out.append(TurnIndexStats(turn, len(g), d.p50, d.p90, c.achieved_ratio, c.ideal_ratio))
+    for turn in np.unique(c.turn[c.ok]).tolist():
+        mask = c.ok & (c.turn == turn)
+        d = dist(c.first[mask & ~np.isnan(c.first)] - c.sent[mask & ~np.isnan(c.first)])
+        ch = _cache(c, mask)
+        n = int(mask.sum())
+        out.append(TurnIndexStats(turn, n, d.p50, d.p90, ch.achieved_ratio, ch.ideal_ratio))
     return out
 
 
-def _replicas(records: Sequence[TurnRecord]) -> tuple[list[ReplicaLoad], float | None]:
-    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-    for r in records:
-        a = acc[r.replica]
-        a[0] += 1
-        a[1] += r.prompt_tokens
-        a[2] += r.cached_tokens or 0
-    loads = [ReplicaLoad(k, *v) for k, v in sorted(acc.items())]
+def _replicas(c: Columns) -> tuple[list[ReplicaLoad], float | None]:
+    m = len(c.replica_names)
+    requests = np.bincount(c.replica, minlength=m)
+    prompt = np.bincount(c.replica, weights=c.prompt, minlength=m)
+    cached = np.bincount(c.replica, weights=np.maximum(c.cached, 0), minlength=m)
+    loads = sorted(
+        (
+            ReplicaLoad(name, int(requests[i]), int(prompt[i]), int(cached[i]))
+            for i, name in enumerate(c.replica_names)
+        ),
+        key=lambda x: x.replica,
+    )
     if not loads:
         return loads, None
-    mean = sum(x.prompt_tokens for x in loads) / len(loads)
-    return loads, (max(x.prompt_tokens for x in loads) / mean if mean else None)
+    mean = float(prompt.mean())
+    return loads, (float(prompt.max()) / mean if mean else None)
 
 
 def summarise(
@@ -328,44 +299,44 @@ def summarise(
     """
     if deadline is not None and not deadline > 0:
         raise ValueError(f"deadline must be > 0 seconds, got {deadline}")
-    ok = [r for r in records if r.ok]
-    sessions = session_times(records, expected_turns)
-    done = [s for s in sessions if s.completed]
-    within = [s for s in done if deadline is None or s.makespan <= deadline]
-    span = max(map(record_end, records)) - min(r.intended for r in records) if records else 0.0
+    c = Columns(records)
+    a = session_arrays(c, expected_turns)
+    makespan = a.makespan[a.completed]
+    within = int((makespan <= deadline).sum()) if deadline is not None else int(makespan.size)
+    span = float(c.end.max() - c.intended.min()) if c.n else 0.0
     errors: dict[str, int] = defaultdict(int)
-    for r in records:
-        if not r.ok:
-            errors[error_cause(r.error or "no answer")] += 1
+    for e in c.errors:
+        errors[error_cause(e)] += 1
+    errors["no answer"] += int((~c.ok).sum()) - len(c.errors)  # no error text, yet no done
     breakdown = None
-    if done:
+    if makespan.size:
         breakdown = Breakdown(
-            **{
-                k: math.fsum(getattr(s.breakdown, k) for s in done) / len(done)
-                for k in BREAKDOWN_PARTS
-            }
+            **{k: float(a.parts[k][a.completed].sum()) / makespan.size for k in BREAKDOWN_PARTS}
         )
-    replicas, imbalance = _replicas(records)
+    ok = c.ok
+    with_first = ok & ~np.isnan(c.first)
+    itl_mask = with_first & (c.output >= 2)
+    replicas, imbalance = _replicas(c)
     return Summary(
         label=label,
         deadline=deadline,
-        records=len(records),
-        turns_ok=len(ok),
-        sessions=len(sessions),
-        sessions_completed=len(done),
-        sessions_within_deadline=len(within),
+        records=c.n,
+        turns_ok=int(ok.sum()),
+        sessions=len(c.session_names),
+        sessions_completed=int(makespan.size),
+        sessions_within_deadline=within,
         span=span,
-        goodput=len(within) / (span / 3600.0) if span > 0 else None,
-        ttft=dist(r.first_token - r.sent for r in ok if r.first_token is not None),
-        itl=dist(x for r in ok if (x := r.itl) is not None),
-        e2e=dist(r.done - r.sent for r in ok if r.done is not None),
-        lag=dist(r.lag for r in records),
-        makespan=dist(s.makespan for s in done),
+        goodput=within / (span / 3600.0) if span > 0 else None,
+        ttft=dist(c.first[with_first] - c.sent[with_first]),
+        itl=dist((c.done[itl_mask] - c.first[itl_mask]) / (c.output[itl_mask] - 1)),
+        e2e=dist(c.done[ok] - c.sent[ok]),
+        lag=dist(c.sent - c.intended),
+        makespan=dist(makespan),
         breakdown=breakdown,
-        by_turn=_by_turn(ok),
-        cache=_cache(ok),
-        errors=dict(sorted(errors.items())),
+        by_turn=_by_turn(c),
+        cache=_cache(c, ok),
+        errors={k: v for k, v in sorted(errors.items()) if v},
         replicas=replicas,
         imbalance=imbalance,
-        output_tokens=sum(r.output_tokens for r in ok),
+        output_tokens=int(c.output[ok].sum()),
     )
