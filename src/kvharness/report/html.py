@@ -80,6 +80,13 @@ def _sec(v: float) -> str:
     return fmt_value(v, "s")
 
 
+def _sec_tick(v: float) -> str:
+    """Compact seconds for axis ticks: 0, 250 ms, 1.5 s."""
+    if v == 0:
+        return "0"
+    return f"{v * 1e3:.4g} ms" if abs(v) < 1 else f"{v:.4g} s"
+
+
 def _pct(v: float) -> str:
     return f"{100 * v:.0f}%"
 
@@ -100,7 +107,7 @@ def _ttft_cdf(runs: Sequence[_Run]) -> str:
         series.append(Series(s.label, xs.tolist(), q.tolist(), _color(i)))
     return line_chart(
         series, title="TTFT distribution (CDF)", xlabel="time to first token",
-        ylabel="fraction of turns", plot_id="plot-ttft-cdf", xf=_sec, yf=_pct,
+        ylabel="fraction of turns", plot_id="plot-ttft-cdf", xf=_sec_tick, yf=_pct,
     )  # fmt: skip
 
 
@@ -115,7 +122,7 @@ def _ttft_by_turn(runs: Sequence[_Run]) -> str:
         )
     return line_chart(
         [x for x in series if x.xs], title="TTFT by turn index", xlabel="turn index",
-        ylabel="TTFT", plot_id="plot-ttft-by-turn", yf=_sec, markers=True,
+        ylabel="TTFT", plot_id="plot-ttft-by-turn", yf=_sec_tick, markers=True,
     )  # fmt: skip
 
 

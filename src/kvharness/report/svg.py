@@ -16,7 +16,7 @@ __all__ = ["PALETTE", "Series", "grouped_bars", "line_chart", "nice_ticks", "sta
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 W, H = 700, 320
-ML, MR, MT, MB = 64, 150, 34, 46  # margins: left (y labels), right (legend), top (title), bottom
+ML, MR, MT, MB = 80, 150, 34, 46  # margins: left (y labels), right (legend), top (title), bottom
 
 
 class Series(NamedTuple):
@@ -182,7 +182,7 @@ def stacked_hbars(
                 f'data-tip="{escape(label)} {escape(name)}: {escape(xf(v))}"/>'
             )
             x += v
-        if len(bars) <= 30:
+        if len(bars) <= 20:
             body.append(
                 f'<text x="{ML - 4}" y="{y + band * 0.4 + 4:.1f}" text-anchor="end" class="small">'
                 f"{escape(label[:10])}</text>"
