@@ -36,7 +36,8 @@ def test_write_then_load_run(tmp_path: Path, records: list[TurnRecord]) -> None:
     assert summary.label == "week-1" and summary.goodput == pytest.approx(300.0)
     loaded = load_run(run)
     assert loaded.records == records
-    assert (loaded.label, loaded.deadline, loaded.saved) == ("week-1", 10.0, summary)
+    assert (loaded.label, loaded.deadline) == ("week-1", 10.0)
+    assert loaded.saved == msgspec.json.decode(summary.to_json())
     assert loaded.summarise() == summary
     assert loaded.summarise(12.0).goodput == pytest.approx(600.0)
     assert "plot-ttft-cdf" in (run / "report.html").read_text()
@@ -114,9 +115,12 @@ def test_bad_config_and_summary(tmp_path: Path, records: list[TurnRecord]) -> No
     with pytest.raises(FormatError, match=r"config.json:1: expected a JSON object"):
         load_run(tmp_path)
     (tmp_path / "config.json").write_text("{}")
-    (tmp_path / "summary.json").write_text('{"label": 3}')
-    with pytest.raises(FormatError, match=r"summary.json:1: bad summary"):
+    (tmp_path / "summary.json").write_text('{"label": 3,\n "deadline": 7.5,}')
+    with pytest.raises(FormatError, match=r"summary.json:2: bad JSON"):
         load_run(tmp_path)
+    # A summary from another version of the layout still gives its deadline.
+    (tmp_path / "summary.json").write_text('{"label": 3, "deadline": 7.5, "old_field": 1}')
+    assert load_run(tmp_path).deadline == 7.5
 
 
 def test_run_without_config_or_summary(tmp_path: Path, records: list[TurnRecord]) -> None:

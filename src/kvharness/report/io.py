@@ -58,8 +58,8 @@ class RunData:
     path: Path
     records: list[TurnRecord]
     config: dict[str, Any]
-    saved: Summary | None
-    """``summary.json`` as written with the run, if present."""
+    saved: dict[str, Any] | None
+    """``summary.json`` as written with the run (perhaps by an older version), if present."""
     expected_turns: dict[str, int] | None = None
     """``expected_turns.json``, if present."""
 
@@ -70,10 +70,11 @@ class RunData:
 
     @property
     def deadline(self) -> float | None:
-        if self.saved is not None:
-            return self.saved.deadline
-        d = self.config.get("deadline")
-        return float(d) if isinstance(d, int | float) and not isinstance(d, bool) else None
+        for source in (self.config, self.saved or {}):
+            d = source.get("deadline")
+            if isinstance(d, int | float) and not isinstance(d, bool):
+                return float(d)
+        return None
 
     def summarise(self, deadline: float | None = None) -> Summary:
         """Summary recomputed from the records, with ``deadline`` or else the run's own."""
@@ -148,15 +149,9 @@ def load_run(run_dir: str | Path) -> RunData:
         raise UserError(f"{path}: not a run directory (no {RECORDS})")
     records = read_run_records(records_path)
     config = _read_json_object(path / CONFIG) if (path / CONFIG).is_file() else {}
-    saved = None
-    if (path / SUMMARY).is_file():
-        raw = (path / SUMMARY).read_bytes()
-        try:
-            saved = Summary.from_json(raw)
-        except msgspec.DecodeError as err:
-            # summary.json is derived; a stale or damaged one is an error all the same, so that a
-            # reader is not shown numbers from a file that does not say what it claims.
-            raise FormatError(str(path / SUMMARY), 1, f"bad summary: {err}") from None
+    # summary.json is derived and always recomputed; only its deadline is used, so one written by
+    # an older version still serves, but damaged JSON is an error.
+    saved = _read_json_object(path / SUMMARY) if (path / SUMMARY).is_file() else None
     expected = None
     if (path / EXPECTED).is_file():
         try:

@@ -182,6 +182,8 @@ class Summary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     replicas: list[ReplicaLoad]
     imbalance: float | None
     output_tokens: int
+    version: int = 1
+    """Layout of this JSON; bumped when a field changes meaning."""
 
     @property
     def error_count(self) -> int:
