@@ -1,19 +1,246 @@
-"""`kvharness sim`."""
+"""`kvharness sim`: simulate a serving cluster under routing policies; `kvharness sim calibrate`."""
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
+import itertools
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+import msgspec
+from rich.console import Console
 
 from kvharness.errors import UserError
 
-HELP = "sim"
+HELP = "simulate a cluster of engine replicas under routing policies (virtual time)"
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        out = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas, got {text!r}"
+        ) from None
+    if not out or any(not v > 0 for v in out):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return out
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in _floats(text)]
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("sim", help=HELP, description=HELP)
-    parser.set_defaults(func=run)
+    p = subparsers.add_parser(
+        "sim",
+        help=HELP,
+        description=HELP + ". Prints one table per cluster and load with policies as rows, and "
+        "writes a run directory (records, config, summary, HTML) per run.",
+    )
+    p.add_argument(
+        "--workload",
+        default="synthetic",
+        help="workload spec: a file (kvharness format, Mooncake hash_ids JSONL, SWE-agent .traj "
+        "or folder) or synthetic[:key=value,...] (default: synthetic)",
+    )
+    p.add_argument(
+        "--cluster",
+        default="16xH200:llama-3.3-70b",
+        help="NxHARDWARE:MODEL[:tpK][:fp8|bf16][:kv-DTYPE]; hardware H100/H200/B200, models "
+        "llama-3.1-8b, llama-3.3-70b, qwen3-32b, moe-230b-a10b (default: %(default)s)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=_ints,
+        default=None,
+        help="cluster sizes to sweep, comma-separated (overrides N of --cluster)",
+    )
+    p.add_argument(
+        "--policy", default="all", help="routing policies, comma-separated, or 'all' (default)"
+    )
+    p.add_argument(
+        "--load",
+        type=_floats,
+        default=[1.0],
+        help="session arrival-rate multipliers, comma-separated (default: 1)",
+    )
+    p.add_argument(
+        "--deadline",
+        default="1.5x",
+        help="session deadline for goodput: seconds (600) or a factor of the session's lower "
+        "bound (1.5x, default)",
+    )
+    p.add_argument(
+        "--eviction", choices=["lru", "ttl"], default="lru", help="KV eviction policy (default lru)"
+    )
+    p.add_argument(
+        "--cpu-tier-blocks",
+        type=int,
+        default=0,
+        help="host-memory offload tier per replica, in blocks (default 0: none)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="engine KV block size in tokens (default: the workload's block size)",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens", type=int, default=8192, help="token budget per engine step"
+    )
+    p.add_argument(
+        "--max-num-seqs", type=int, default=256, help="most running requests per replica"
+    )
+    p.add_argument("--out", default=None, help="output folder (default runs/sim-<UTC time>)")
+    p.add_argument(
+        "--executor",
+        choices=["auto", "ray", "process", "serial"],
+        default="auto",
+        help="how to run the sweep: auto = Ray if installed, else a process pool",
+    )
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
+    p.add_argument("--ray-address", default=None, help="address of an existing Ray cluster")
+    p.set_defaults(func=run)
+    sub = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
+    c = sub.add_parser(
+        "calibrate",
+        help="fit the cost model's efficiency factors to measured step or request times",
+        description="Fit compute/memory efficiency and per-step overhead by least squares. "
+        'SAMPLES is JSON Lines: {"prefill_tokens", "context_tokens", "decode_seqs", "decode_ctx", '
+        '"seconds"} per step, or {"prompt_tokens", "cached_tokens", "output_tokens", "seconds"} '
+        "per request served alone.",
+    )
+    c.add_argument("samples", help="JSON Lines file of measured times")
+    c.add_argument(
+        "--cluster",
+        default="1xH200:llama-3.1-8b",
+        help="the deployment measured, as for kvharness sim (default: %(default)s)",
+    )
+    c.add_argument(
+        "--max-num-batched-tokens", type=int, default=8192, help="prefill chunk size of requests"
+    )
+    c.add_argument("--out", default=None, help="write the fitted factors here as JSON")
+    c.set_defaults(func=run_calibrate)
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from kvharness.engine.calibrate import calibrate, read_samples
+    from kvharness.sim.cluster import parse_cluster
+
+    dep = parse_cluster(args.cluster).deployment
+    fit = calibrate(dep, read_samples(args.samples, args.max_num_batched_tokens))
+    data = {
+        "cluster": args.cluster,
+        "efficiency": msgspec.to_builtins(fit.efficiency),
+        "rmse_rel": fit.rmse_rel,
+        "samples": fit.samples,
+        "iterations": fit.iterations,
+    }
+    text = json.dumps(data, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    raise UserError("not available yet")
+    from kvharness.routing.base import available_policies
+    from kvharness.sim.cluster import parse_cluster
+    from kvharness.sim.summary import Deadline
+
+    names = available_policies()
+    policies = names if args.policy == "all" else [p.strip() for p in args.policy.split(",") if p]
+    for pol in policies:
+        if pol not in names:
+            raise UserError(f"unknown policy {pol!r}; choose from {', '.join(names)} or all")
+    try:
+        Deadline.parse(args.deadline)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    base = parse_cluster(args.cluster)
+    sizes = args.replicas or [base.replicas]
+    head = args.cluster.split("x", 1)[1]
+    clusters = [f"{n}x{head}" for n in sizes]
+    out = Path(args.out or f"runs/sim-{_dt.datetime.now(_dt.UTC):%Y%m%d-%H%M%S}")
+    return sweep(args, clusters, policies, out)
+
+
+def sweep(args: argparse.Namespace, clusters: list[str], policies: list[str], out: Path) -> int:
+    from kvharness.report.html import write_html
+    from kvharness.report.io import load_run
+    from kvharness.report.metrics import Summary
+    from kvharness.sim.summary import Deadline, PolicyRow, render_rows
+    from kvharness.sim.sweep import Task, run_sweep, task_dir
+
+    deadline = Deadline.parse(args.deadline)
+    tasks = [
+        Task(
+            workload=args.workload,
+            cluster=c,
+            policy=p,
+            load=load,
+            eviction=args.eviction,
+            cpu_tier_blocks=args.cpu_tier_blocks,
+            block_size=args.block_size,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs,
+            deadline=args.deadline,
+            out=task_dir(out, c, load, p),
+        )
+        for c, load, p in itertools.product(clusters, args.load, policies)
+    ]
+    console = Console() if sys.stdout.isatty() else Console(width=140)
+    console.print(
+        f"simulating {len(tasks)} run(s): {len(policies)} policies x {len(args.load)} loads x "
+        f"{len(clusters)} clusters, workload {args.workload!r}",
+        style="dim",
+    )
+    rows = run_sweep(
+        tasks,
+        executor=args.executor,
+        jobs=args.jobs,
+        ray_address=args.ray_address,
+        on_row=lambda t, r: console.print(
+            f"  {t.cluster} load {t.load:g} {t.policy}: {r.turns} turns, "
+            f"{r.sim_seconds:.0f} s simulated in {r.wall_seconds:.1f} s",
+            style="dim",
+        ),
+    )
+    groups: dict[tuple[str, float], list[tuple[Task, PolicyRow]]] = {}
+    for t, r in zip(tasks, rows, strict=True):
+        groups.setdefault((t.cluster, t.load), []).append((t, r))
+    for (cluster, load), items in groups.items():
+        console.print(
+            render_rows(
+                [r for _, r in items],
+                deadline,
+                f"{items[0][1].cluster} · load x{load:g} · {args.workload}",
+            )
+        )
+        runs = []
+        for t, _ in items:
+            assert t.out is not None
+            summary = Summary.from_json((Path(t.out) / "summary.json").read_bytes())
+            runs.append((summary, load_run(t.out).records))
+        write_html(
+            Path(task_dir(out, cluster, load, "report.html")),
+            runs,
+            title=f"{cluster} load {load:g}",
+        )
+    (out / "sim.json").write_text(
+        json.dumps(
+            {
+                "workload": args.workload,
+                "deadline": args.deadline,
+                "rows": [msgspec.to_builtins(r) for r in rows],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"wrote {out}/sim.json and a run directory per run under {out}/", file=sys.stderr)
+    return 0

@@ -49,6 +49,7 @@ class BlockPool:
         "_hash",
         "_ref",
         "block_size",
+        "frees",
         "medium",
         "num_blocks",
         "on_evict",
@@ -76,6 +77,8 @@ class BlockPool:
         self._cached: dict[int, int] = {}  # hash -> block id
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self._events: list[KVEvent] | None = [] if events else None
+        self.frees = 0
+        """Times a block joined the free queue (the only way :attr:`num_free` grows)."""
 
     # -- queries (no side effects) -------------------------------------------------------------
 
@@ -98,15 +101,17 @@ class BlockPool:
 
         Does not take references: call :meth:`touch` on what you keep.
         """
-        cached = self._cached
-        out: list[int] = []
         n = len(hashes) if limit is None else min(limit, len(hashes))
-        for i in range(n):
-            b = cached.get(hashes[i])
-            if b is None:
-                break
-            out.append(b)
-        return out
+        found = list(map(self._cached.get, hashes[:n]))  # at C speed; misses are rare mid-chain
+        try:
+            n = found.index(None)
+        except ValueError:
+            return found  # type: ignore[return-value]
+        return found[:n]  # type: ignore[return-value]
+
+    def num_evictable(self, blocks: Sequence[int]) -> int:
+        """How many of ``blocks`` are free (a hit on them takes them off the free queue)."""
+        return list(map(self._ref.__getitem__, blocks)).count(0)
 
     def match_len(self, hashes: Sequence[int]) -> int:
         """Number of leading ``hashes`` cached here."""
@@ -208,6 +213,7 @@ class BlockPool:
                 raise RuntimeError(f"block {b} freed more often than referenced")
             ref[b] = r
             if r == 0:
+                self.frees += 1
                 free[b] = None
                 if bhash[b] is None:
                     free.move_to_end(b, last=False)

@@ -71,6 +71,9 @@ class Scheduler:
         self.pending_prefill = 0
         """Prefill tokens admitted or waiting but not yet computed (estimated for waiting ones)."""
         self.num_preemptions = 0
+        # (request, pool.frees) of the last admission refused for blocks: until a block is freed
+        # the answer cannot change (allocation only consumes), so it is not worked out again.
+        self._refused: tuple[Request, int] | None = None
 
     def add(self, req: Request, est_cached_tokens: int = 0) -> None:
         """Queue ``req``; ``est_cached_tokens`` estimates its prefix hit for the load figures."""
@@ -163,6 +166,10 @@ class Scheduler:
                 blocked = "seqs"
                 break
             r = waiting[0]
+            refused = self._refused
+            if refused is not None and refused[0] is r and refused[1] == pool.frees:
+                blocked = "blocks"
+                break
             bs = pool.block_size
             limit = (r.num_tokens - 1) // bs
             hit = pool.match(r.block_hashes, limit)
@@ -172,13 +179,13 @@ class Scheduler:
             computed = (len(hit) + n_cpu) * bs
             n = min(r.num_tokens - computed, budget)
             need = self._blocks_for(computed + n) - len(hit)
-            ref = pool.ref_count
-            evictable_hits = sum(1 for b in hit if ref(b) == 0)
+            evictable_hits = pool.num_evictable(hit)
             while need + evictable_hits > pool.num_free and ev.release_one(now):
                 # Released pins stay cached: the hits are the same, maybe fewer of them held.
-                evictable_hits = sum(1 for b in hit if ref(b) == 0)
+                evictable_hits = pool.num_evictable(hit)
             if need + evictable_hits > pool.num_free:
                 blocked = "blocks"
+                self._refused = (r, pool.frees)
                 break
             waiting.popleft()
             pool.touch(hit)

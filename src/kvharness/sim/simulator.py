@@ -36,8 +36,9 @@ from kvharness.routing.base import Policy, RouteRequest, make_policy
 from kvharness.routing.index import PrefixIndex
 from kvharness.sim.bounds import solo_turn_time
 from kvharness.sim.cluster import ClusterSpec
+from kvharness.sim.ideal import SessionIdealCache
 from kvharness.workload.chain import BlockChain
-from kvharness.workload.ideal import IdealCache, engine_cached_tokens
+from kvharness.workload.ideal import engine_cached_tokens
 from kvharness.workload.model import Arrival, Workload
 
 __all__ = ["ReplicaStats", "SimConfig", "SimResult", "Simulator", "scale_arrival", "simulate"]
@@ -148,7 +149,7 @@ class Simulator:
         self._hashes = hash_cache if hash_cache is not None else {}
         self._heap: list[tuple[float, int, int, int, int, int]] = []
         self._seq = 0
-        self._ideal = IdealCache()
+        self._ideal = SessionIdealCache()
         self._records: list[tuple[float, int, TurnRecord]] = []
         self._solo: dict[int, float] = {}
 
@@ -253,7 +254,7 @@ class Simulator:
         hashes = self._engine_hashes(chain)
         prompt = chain.num_tokens
         bs = self.block_size
-        ideal = engine_cached_tokens(self._ideal.visit(chain).tokens, prompt, bs)
+        ideal = engine_cached_tokens(self._ideal.visit(session.id, chain).tokens, prompt, bs)
         rid = f"{session.id}/{ti}"
         rreq = RouteRequest(rid, session.id, hashes, prompt, turn.output_tokens)
         last = ti + 1 >= len(session.turns)

@@ -1,0 +1,101 @@
+"""`kvharness sim` and `kvharness sim calibrate` through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvharness.cli import main
+from kvharness.engine.cost import CostModel, StepBatch
+from kvharness.report.records import read_records
+from kvharness.sim import run_default
+from kvharness.sim.cluster import parse_cluster
+
+SMALL = "synthetic:sessions=3,steps_median=4,repo_tokens_median=3000"
+
+
+def test_sim_sweep_writes_table_json_and_run_dirs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code = main(
+        [
+            "sim",
+            "--workload",
+            SMALL,
+            "--cluster",
+            "2xH200:llama-3.1-8b",
+            "--policy",
+            "round_robin,session",
+            "--load",
+            "1,2",
+            "--replicas",
+            "1,2",
+            "--out",
+            str(out),
+            "--executor",
+            "serial",
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "round_robin" in text and "session" in text and "hit/ideal" in text
+    data = json.loads((out / "sim.json").read_text())
+    assert len(data["rows"]) == 8
+    assert {r["policy"] for r in data["rows"]} == {"round_robin", "session"}
+    assert {r["load"] for r in data["rows"]} == {1.0, 2.0}
+    run = out / "2xH200_llama-3.1-8b" / "load-2" / "session"
+    recs = read_records(run / "records.jsonl")
+    assert recs and all(r.ok for r in recs)
+    assert (run / "report.html").is_file() and (run / "summary.json").is_file()
+    assert (out / "1xH200_llama-3.1-8b" / "load-1" / "report.html").is_file()
+
+
+def test_sim_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["sim", "--workload", SMALL, "--policy", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown policy 'nope'" in capsys.readouterr().err
+    assert main(["sim", "--workload", SMALL, "--cluster", "3xA100:llama-3.1-8b"]) == 2
+    assert "unknown hardware" in capsys.readouterr().err
+    assert main(["sim", "--workload", SMALL, "--deadline", "soon"]) == 2
+    assert "bad deadline" in capsys.readouterr().err
+
+
+def test_calibrate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cm = CostModel(parse_cluster("1xH200:llama-3.1-8b").deployment)
+    lines = []
+    for n, seqs in [(512, 0), (2048, 0), (8192, 0), (0, 8), (0, 64), (0, 256), (1024, 16)]:
+        b = StepBatch(n, n * (n + 1) / 2, n, seqs, seqs * 1000)
+        lines.append(
+            {
+                "prefill_tokens": n,
+                "decode_seqs": seqs,
+                "decode_ctx": seqs * 1000,
+                "seconds": cm.step_time(b),
+            }
+        )
+    lines.append(
+        {"prompt_tokens": 3000, "cached_tokens": 1000, "output_tokens": 50, "seconds": 0.5}
+    )
+    path = tmp_path / "samples.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    out = tmp_path / "fit.json"
+    assert (
+        main(["sim", "calibrate", str(path), "--cluster", "1xH200:llama-3.1-8b", "--out", str(out)])
+        == 0
+    )
+    fit = json.loads(out.read_text())
+    assert 0 < fit["efficiency"]["compute"] <= 1 and fit["samples"] == 8
+    path.write_text('{"seconds": "x"}\n')
+    assert main(["sim", "calibrate", str(path)]) == 2
+    assert "samples.jsonl:1:" in capsys.readouterr().err
+
+
+def test_run_default_prints_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = run_default(workload=SMALL, cluster="2xH200:llama-3.1-8b", executor="serial")
+    from kvharness.routing.base import available_policies
+
+    assert [r.policy for r in rows] == available_policies()
+    assert all(r.turns > 0 and r.errors == 0 for r in rows)
+    assert "goodput/h" in capsys.readouterr().out
