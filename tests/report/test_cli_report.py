@@ -51,6 +51,24 @@ def test_show_json_and_html(
     assert json.loads(capsys.readouterr().out)["goodput"] == pytest.approx(600.0)
 
 
+def test_relative_deadline_from_lower_bounds(
+    tmp_path: Path, records: list[TurnRecord], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As the simulator writes it: deadline 1.5x each session's lower bound (a 8 s, b 3 s):
+    # a may take 12 s and took 12 -> in; b may take 4.5 s and took 5.5 -> out. 1 / (12/3600 h).
+    run = tmp_path / "sim"
+    write_run_report(run, records, {"deadline": "1.5x", "lower_bounds": {"a": 8.0, "b": 3.0}})
+    assert main(["report", "show", str(run), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["deadline"], data["deadline_rule"]) == (None, "1.5x lower bound")
+    assert data["sessions_within_deadline"] == 1 and data["goodput"] == pytest.approx(300.0)
+    # 2x: b may take 6 s -> both in.
+    assert main(["report", "show", str(run), "--json", "--deadline", "2x"]) == 0
+    assert json.loads(capsys.readouterr().out)["goodput"] == pytest.approx(600.0)
+    assert main(["report", "show", str(run)]) == 0
+    assert "completed within deadline (1.5x lower bound)" in capsys.readouterr().out
+
+
 def test_compare_table(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "compare", *map(str, two_runs)]) == 0
     out = capsys.readouterr().out
@@ -92,7 +110,7 @@ def test_compare_refuses_different_deadlines(
     args = ["report", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "runs have different deadlines (a: 10.0, b: 20.0); pass --deadline SECONDS" in err
+    assert "runs have different deadlines (a: 10, b: 20); pass --deadline" in err
     assert main([*args, "--deadline", "15"]) == 0
 
 
@@ -122,7 +140,14 @@ def test_errors_are_one_line(
 
 def test_bad_options(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "show", str(two_runs[0]), "--deadline", "0"]) == 2
-    assert "--deadline must be > 0" in capsys.readouterr().err
+    assert "--deadline: deadline must be > 0, got '0'" in capsys.readouterr().err
+    assert main(["report", "show", str(two_runs[0]), "--deadline", "soon"]) == 2
+    assert "--deadline: bad deadline 'soon'" in capsys.readouterr().err
+    # A factor needs the sessions' lower bounds, which this (bench-like) run does not have.
+    assert main(["report", "show", str(two_runs[0]), "--deadline", "1.5x"]) == 2
+    assert 'needs each session\'s lower bound ("lower_bounds" in config.json)' in (
+        capsys.readouterr().err
+    )
     assert main(["report", "compare", str(two_runs[0]), "--baseline", "3"]) == 2
     assert "--baseline 3: give 0..0" in capsys.readouterr().err
     assert main(["report"]) == 2

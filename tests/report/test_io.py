@@ -10,7 +10,13 @@ import msgspec
 import pytest
 
 from kvharness.errors import FormatError, UserError
-from kvharness.report.io import load_run, read_run_records, write_run_report
+from kvharness.report.io import (
+    DeadlineSpec,
+    load_run,
+    parse_deadline,
+    read_run_records,
+    write_run_report,
+)
 from kvharness.report.metrics import Summary
 from kvharness.report.records import RecordWriter, TurnRecord
 
@@ -36,10 +42,10 @@ def test_write_then_load_run(tmp_path: Path, records: list[TurnRecord]) -> None:
     assert summary.label == "week-1" and summary.goodput == pytest.approx(300.0)
     loaded = load_run(run)
     assert loaded.records == records
-    assert (loaded.label, loaded.deadline) == ("week-1", 10.0)
+    assert (loaded.label, loaded.deadline) == ("week-1", DeadlineSpec(seconds=10.0))
     assert loaded.saved == msgspec.json.decode(summary.to_json())
     assert loaded.summarise() == summary
-    assert loaded.summarise(12.0).goodput == pytest.approx(600.0)
+    assert loaded.summarise(DeadlineSpec(seconds=12.0)).goodput == pytest.approx(600.0)
     assert "plot-ttft-cdf" in (run / "report.html").read_text()
 
 
@@ -120,13 +126,14 @@ def test_bad_config_and_summary(tmp_path: Path, records: list[TurnRecord]) -> No
         load_run(tmp_path)
     # A summary from another version of the layout still gives its deadline.
     (tmp_path / "summary.json").write_text('{"label": 3, "deadline": 7.5, "old_field": 1}')
-    assert load_run(tmp_path).deadline == 7.5
+    assert load_run(tmp_path).deadline == DeadlineSpec(seconds=7.5)
 
 
 def test_run_without_config_or_summary(tmp_path: Path, records: list[TurnRecord]) -> None:
     _write_lines(tmp_path / "records.jsonl", [msgspec.json.encode(r) + b"\n" for r in records])
     run = load_run(tmp_path)
     assert (run.config, run.saved, run.deadline, run.label) == ({}, None, None, tmp_path.name)
+    assert load_run(tmp_path).summarise(DeadlineSpec(seconds=10.0)).goodput == pytest.approx(300.0)
     assert run.summarise().sessions == 3
 
 
@@ -140,3 +147,14 @@ def test_expected_turns_are_kept_with_the_run(tmp_path: Path, records: list[Turn
     (tmp_path / "expected_turns.json").write_text('{"a": "x"}')
     with pytest.raises(FormatError, match=r"expected_turns.json:1: bad expected turns"):
         load_run(tmp_path)
+
+
+def test_parse_deadline() -> None:
+    assert parse_deadline(None) is None
+    assert parse_deadline(600) == parse_deadline("600") == parse_deadline(" 600s ")
+    assert parse_deadline("600") == DeadlineSpec(seconds=600.0)
+    assert parse_deadline("1.5x") == DeadlineSpec(factor=1.5)
+    assert str(parse_deadline("1.5X")) == "1.5x" and str(parse_deadline(90.0)) == "90"
+    for bad in ("soon", "x", True, [1], "-1", "0x", "inf"):
+        with pytest.raises(UserError, match="deadline"):
+            parse_deadline(bad)

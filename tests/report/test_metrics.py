@@ -73,6 +73,16 @@ def test_goodput_with_deadline(records: list[TurnRecord]) -> None:
         summarise(records, deadline=0.0)
 
 
+def test_goodput_with_per_session_deadlines(records: list[TurnRecord]) -> None:
+    # a may take 12 s (took 12.0: in), b 5 s (took 5.5: out) -> 1 / (12/3600 h) = 300/h.
+    s = summarise(records, session_deadlines={"a": 12.0, "b": 5.0}, deadline_rule="by hand")
+    assert (s.sessions_within_deadline, s.deadline_text) == (1, "by hand")
+    assert s.goodput == pytest.approx(300.0)
+    # Sessions missing from the mapping fall back to ``deadline``: b gets 6 s -> in.
+    s = summarise(records, deadline=6.0, session_deadlines={"a": 12.0})
+    assert s.sessions_within_deadline == 2 and s.deadline_text == "6 s"
+
+
 def test_breakdown_per_session_adds_up_exactly(records: list[TurnRecord]) -> None:
     times = {t.session: t for t in session_times(records)}
     # a: lag 0.5 (turn 1); queue 0.5 + 0.5 + 0 = 1.0; prefill 0.5 + 0.5 + 2.0 = 3.0;

@@ -74,9 +74,11 @@ def register(subparsers: Any) -> None:
 def _deadline(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--deadline",
-        type=float,
-        metavar="SECONDS",
-        help="session deadline for goodput (default: the one each run was recorded with)",
+        metavar="D",
+        help=(
+            "session deadline for goodput: seconds (600) or a factor of each session's lower "
+            "bound (1.5x; sim runs record the bounds); default: the one each run was recorded with"
+        ),
     )
 
 
@@ -91,9 +93,13 @@ def _console() -> Console:
     return Console(width=width, highlight=False)
 
 
-def _check_deadline(deadline: float | None) -> None:
-    if deadline is not None and not deadline > 0:
-        raise UserError(f"--deadline must be > 0 seconds, got {deadline:g}")
+def _deadline_arg(args: argparse.Namespace) -> Any:
+    from kvharness.report.io import parse_deadline
+
+    try:
+        return parse_deadline(args.deadline)
+    except UserError as err:
+        raise UserError(f"--deadline: {err}") from None
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -101,9 +107,9 @@ def run_show(args: argparse.Namespace) -> int:
     from kvharness.report.io import load_run
     from kvharness.report.table import render_summary
 
-    _check_deadline(args.deadline)
+    deadline = _deadline_arg(args)
     run = load_run(args.run_dir)
-    summary = run.summarise(args.deadline)
+    summary = run.summarise(deadline)
     if args.json:
         sys.stdout.write(summary.to_json().decode() + "\n")
     else:
@@ -120,18 +126,17 @@ def run_compare(args: argparse.Namespace) -> int:
     from kvharness.report.io import load_run
     from kvharness.report.table import render_comparison
 
-    _check_deadline(args.deadline)
+    deadline = _deadline_arg(args)
     if not 0 <= args.baseline < len(args.run_dirs):
         raise UserError(f"--baseline {args.baseline}: give 0..{len(args.run_dirs) - 1}")
     if not 0 <= args.tolerance < 1:
         raise UserError(f"--tolerance must be in [0, 1), got {args.tolerance:g}")
     runs = [load_run(d) for d in args.run_dirs]
-    deadline = args.deadline
     if deadline is None:
         deadlines = {r.deadline for r in runs}
         if len(deadlines) > 1:
             listed = ", ".join(f"{r.label}: {r.deadline}" for r in runs)
-            raise UserError(f"runs have different deadlines ({listed}); pass --deadline SECONDS")
+            raise UserError(f"runs have different deadlines ({listed}); pass --deadline")
         deadline = deadlines.pop()
     summaries = [r.summarise(deadline) for r in runs]
     labels = [s.label for s in summaries]

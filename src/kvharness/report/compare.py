@@ -94,7 +94,8 @@ class MetricDelta(msgspec.Struct, frozen=True):
 class Comparison(msgspec.Struct, frozen=True):
     baseline: int
     labels: list[str]
-    deadline: float | None
+    deadline: str
+    """The baseline's deadline, in words (``600 s``, ``1.5x lower bound``, ``none``)."""
     tolerance: float
     metrics: list[MetricDelta]
     warnings: list[str]
@@ -154,10 +155,10 @@ def compare(
         )
     warnings = []
     for s in summaries:
-        if s.deadline != base.deadline:
+        if s.deadline_text != base.deadline_text:
             warnings.append(
-                f"{s.label}: deadline {s.deadline} s differs from {base.label}'s {base.deadline} s;"
-                " goodput is not comparable"
+                f"{s.label}: deadline {s.deadline_text} differs from {base.label}'s "
+                f"{base.deadline_text}; goodput is not comparable"
             )
         bi, si = base.cache.ideal_ratio, s.cache.ideal_ratio
         if bi is not None and si is not None and abs(bi - si) > 0.02:
@@ -168,7 +169,7 @@ def compare(
     return Comparison(
         baseline=baseline,
         labels=[s.label for s in summaries],
-        deadline=base.deadline,
+        deadline=base.deadline_text,
         tolerance=tolerance,
         metrics=metrics,
         warnings=warnings,

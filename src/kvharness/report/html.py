@@ -224,8 +224,7 @@ def _detail_table(s: Summary) -> str:
     out = _table(["per turn / session", "n", "mean", "p50", "p90", "p99", "max"], rows)
     facts = [
         ["sessions completed / all", f"{s.sessions_completed} / {s.sessions}"],
-        ["within deadline", f"{s.sessions_within_deadline} (deadline "
-         f"{'none' if s.deadline is None else f'{s.deadline:g} s'})"],
+        ["within deadline", f"{s.sessions_within_deadline} (deadline {escape(s.deadline_text)})"],
         ["turns ok / attempts", f"{s.turns_ok} / {s.records}"],
         ["run span", escape(_sec(s.span))],
     ]  # fmt: skip

@@ -8,7 +8,9 @@
                           a run did not finish is not counted as completed when records are re-read
 
 ``config.json`` may carry ``"label"`` (the run's name in comparisons; default: the directory name)
-and ``"deadline"`` (seconds, for goodput). Reports are always recomputed from ``records.jsonl``.
+and ``"deadline"`` for goodput: seconds (``600``), or a factor of each session's lower bound
+(``"1.5x"``) with ``"lower_bounds"`` ({session id: seconds}, what the session would take on an idle
+cluster; the simulator writes them). Reports are always recomputed from ``records.jsonl``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -34,9 +36,11 @@ __all__ = [
     "RECORDS",
     "REPORT",
     "SUMMARY",
+    "DeadlineSpec",
     "RunData",
     "check_record",
     "load_run",
+    "parse_deadline",
     "read_run_records",
     "write_run_report",
 ]
@@ -49,6 +53,43 @@ EXPECTED = "expected_turns.json"
 
 _decoder = msgspec.json.Decoder(TurnRecord)
 _EPS = 1e-9  # seconds of slack when checking that a record's times run forwards
+
+
+class DeadlineSpec(NamedTuple):
+    """A goodput deadline: ``seconds`` of makespan, or ``factor`` x each session's lower bound."""
+
+    seconds: float | None = None
+    factor: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.factor:g}x" if self.factor is not None else f"{self.seconds:g}"
+
+
+def parse_deadline(value: object) -> DeadlineSpec | None:
+    """``600``, ``"600"``, ``"600s"`` (seconds) or ``"1.5x"`` (factor); None stays None. Raises
+    :class:`UserError` on anything else."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        if isinstance(value, int | float):
+            spec = DeadlineSpec(seconds=float(value))
+        elif isinstance(value, str) and value.strip().lower().endswith("x"):
+            spec = DeadlineSpec(factor=float(value.strip()[:-1]))
+        elif isinstance(value, str):
+            spec = DeadlineSpec(seconds=float(value.strip().lower().removesuffix("s")))
+        else:
+            raise ValueError
+    except ValueError:
+        raise UserError(
+            f"bad deadline {value!r}: give seconds (600) or a factor of each session's lower "
+            "bound (1.5x)"
+        ) from None
+    v = spec.factor if spec.factor is not None else spec.seconds
+    if v is None or not v > 0 or v == float("inf"):
+        raise UserError(f"deadline must be > 0, got {value!r}")
+    return spec
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,18 +110,32 @@ class RunData:
         return label if isinstance(label, str) and label else self.path.resolve().name
 
     @property
-    def deadline(self) -> float | None:
+    def deadline(self) -> DeadlineSpec | None:
+        """The deadline the run was recorded with (``config.json``, else ``summary.json``)."""
         for source in (self.config, self.saved or {}):
-            d = source.get("deadline")
-            if isinstance(d, int | float) and not isinstance(d, bool):
-                return float(d)
+            if source.get("deadline") is not None:
+                return parse_deadline(source["deadline"])
         return None
 
-    def summarise(self, deadline: float | None = None) -> Summary:
+    def summarise(self, deadline: DeadlineSpec | None = None) -> Summary:
         """Summary recomputed from the records, with ``deadline`` or else the run's own."""
+        spec = deadline if deadline is not None else self.deadline
+        per_session: dict[str, float] | None = None
+        rule = None
+        if spec is not None and spec.factor is not None:
+            bounds = self.config.get("lower_bounds")
+            if not isinstance(bounds, dict) or not all(
+                isinstance(v, int | float) for v in bounds.values()
+            ):
+                raise UserError(
+                    f"{self.path}: deadline {spec} needs each session's lower bound "
+                    f'("lower_bounds" in {CONFIG}); give the deadline in seconds instead'
+                )
+            per_session = {k: spec.factor * float(v) for k, v in bounds.items()}
+            rule = f"{spec.factor:g}x lower bound"
         return summarise(
-            self.records, deadline=deadline if deadline is not None else self.deadline,
-            label=self.label, expected_turns=self.expected_turns,
+            self.records, deadline=None if spec is None else spec.seconds, label=self.label,
+            expected_turns=self.expected_turns, session_deadlines=per_session, deadline_rule=rule,
         )  # fmt: skip
 
 
@@ -178,7 +233,7 @@ def write_run_report(
     run_dir: str | Path,
     records: Sequence[TurnRecord] | None,
     config: Mapping[str, Any] | Any,
-    deadline: float | None = None,
+    deadline: float | str | None = None,
     *,
     label: str | None = None,
     expected_turns: Mapping[str, int] | None = None,
@@ -187,7 +242,8 @@ def write_run_report(
 
     ``records=None`` reads the ``records.jsonl`` already there (the bench appends it as it goes);
     otherwise it is (over)written with ``records``. ``config`` (a mapping, msgspec Struct or
-    dataclass) is saved as ``config.json`` with ``deadline`` and ``label`` added when given;
+    dataclass) is saved as ``config.json`` with ``deadline`` (seconds or ``"1.5x"``, see the
+    module docstring) and ``label`` added when given;
     ``expected_turns`` (session id -> turns in the workload) as ``expected_turns.json``.
     ``summary.json`` and ``report.html`` are rewritten. Creates ``run_dir`` if needed.
     """
@@ -210,7 +266,7 @@ def write_run_report(
     run = RunData(
         path, list(records), cfg, None, None if expected_turns is None else dict(expected_turns)
     )
-    summary = run.summarise(deadline)
+    summary = run.summarise(parse_deadline(deadline))
     _atomic_write(path / SUMMARY, summary.to_json())
     write_html(path / REPORT, [(summary, run.records)])
     return summary

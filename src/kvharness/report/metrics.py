@@ -23,9 +23,11 @@ Definitions. All times are seconds on the records' clock; every percentile is nu
   ``done - first_token``; for a failed attempt everything from ``sent`` to its end, plus the wait
   before its retry, is ``failed``. The terms telescope, so they add up to the makespan exactly
   (up to floating-point rounding of the differences).
-* **Goodput** (sessions per hour) = sessions completed with makespan <= ``deadline`` (every
-  completed session when no deadline is given) divided by the run's span in hours; the span runs
-  from the earliest ``intended`` to the latest record end of the whole run.
+* **Goodput** (sessions per hour) = sessions completed with makespan <= their deadline, divided
+  by the run's span in hours; the span runs from the earliest ``intended`` to the latest record
+  end of the whole run. A session's deadline is ``session_deadlines[session]`` when given (e.g.
+  1.5 x the session's unloaded lower bound, from the simulator), else ``deadline`` seconds, else
+  none (every completed session counts). A relative slack of 1e-9 absorbs float rounding.
 * **Cache hits** over successful attempts whose server reported ``cached_tokens``: achieved =
   sum(cached) / sum(prompt), ideal = sum(ideal_cached) / sum(prompt) over the same attempts,
   and achieved / ideal.
@@ -157,7 +159,8 @@ class Summary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     label: str
     deadline: float | None
-    """Seconds a session may take to count towards goodput; None = no deadline."""
+    """Seconds a session may take to count towards goodput; None = no deadline (or per-session
+    deadlines, see ``deadline_rule``)."""
     records: int
     turns_ok: int
     sessions: int
@@ -182,8 +185,16 @@ class Summary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     replicas: list[ReplicaLoad]
     imbalance: float | None
     output_tokens: int
+    deadline_rule: str | None = None
+    """How per-session deadlines were set (``"1.5x lower bound"``); None when not per session."""
     version: int = 1
     """Layout of this JSON; bumped when a field changes meaning."""
+
+    @property
+    def deadline_text(self) -> str:
+        if self.deadline_rule is not None:
+            return self.deadline_rule
+        return "none" if self.deadline is None else f"{self.deadline:g} s"
 
     @property
     def error_count(self) -> int:
@@ -293,10 +304,13 @@ def summarise(
     deadline: float | None = None,
     label: str = "run",
     expected_turns: Mapping[str, int] | None = None,
+    session_deadlines: Mapping[str, float] | None = None,
+    deadline_rule: str | None = None,
 ) -> Summary:
     """Compute every metric of a run from its records (see the module docstring for definitions).
 
-    ``deadline`` is in seconds of session makespan; ``expected_turns`` is as in
+    ``deadline`` is in seconds of session makespan, ``session_deadlines`` (session id -> seconds)
+    overrides it per session, described by ``deadline_rule``; ``expected_turns`` is as in
     :func:`session_times`. Empty input gives a summary of zeros and Nones.
     """
     if deadline is not None and not deadline > 0:
@@ -304,7 +318,13 @@ def summarise(
     c = Columns(records)
     a = session_arrays(c, expected_turns)
     makespan = a.makespan[a.completed]
-    within = int((makespan <= deadline).sum()) if deadline is not None else int(makespan.size)
+    fallback = math.inf if deadline is None else deadline
+    limit = np.array(
+        [fallback if session_deadlines is None else session_deadlines.get(x, fallback)
+         for x in c.session_names],
+        dtype=np.float64,
+    )  # fmt: skip
+    within = int((a.makespan <= limit * (1 + 1e-9))[a.completed].sum())
     span = float(c.end.max() - c.intended.min()) if c.n else 0.0
     errors: dict[str, int] = defaultdict(int)
     for e in c.errors:
@@ -322,6 +342,7 @@ def summarise(
     return Summary(
         label=label,
         deadline=deadline,
+        deadline_rule=deadline_rule,
         records=c.n,
         turns_ok=int(ok.sum()),
         sessions=len(c.session_names),

@@ -41,7 +41,7 @@ def _sessions_table(s: Summary) -> Table:
     t = Table(title="Sessions and cache", title_justify="left", show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
-    deadline = "none" if s.deadline is None else f"{s.deadline:g} s"
+    deadline = s.deadline_text
     c = s.cache
     rows = [
         ("sessions (completed / all)", f"{s.sessions_completed} / {s.sessions}"),
