@@ -1,0 +1,1 @@
+"""Agent harness: tool-calling agent loop, scripted agents, rollout recording."""
