@@ -129,3 +129,14 @@ def test_render_comparison_columns_and_rows(records: list[TurnRecord]) -> None:
     assert col.strip() == "1.00 s"
     assert lines[at + 1].split("│")[4].strip() == "↑33.3% worse"
     assert "= same" in lines[at + 1]
+
+
+def test_compare_and_table_flag_runs_that_are_not_closed_loop(rec: Rec) -> None:
+    closed = [rec("x", 0, first_token=1.0, done=2.0), rec("x", 1, intended=3.0, sent=3.0,
+              first_token=4.0, done=5.0)]  # fmt: skip
+    isolated = [closed[0], rec("x", 1, intended=0.5, sent=0.5, first_token=1.5, done=3.0)]
+    a, b = summarise(closed, label="session"), summarise(isolated, label="isolated")
+    (w,) = compare([a, b]).warnings
+    assert w.startswith("isolated: 1 turns went out before their session's previous turn ended")
+    assert "not closed-loop" in _text(render_summary(b))
+    assert "not closed-loop" not in _text(render_summary(a))

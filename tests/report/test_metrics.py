@@ -259,3 +259,16 @@ def test_breakdown_always_adds_up_to_makespan(recs: list[TurnRecord]) -> None:
     parts = t.breakdown.parts()
     assert all(v >= 0 for v in parts.values()), parts
     assert math.isclose(t.breakdown.total, t.makespan, rel_tol=1e-12, abs_tol=1e-9)
+
+
+def test_turns_sent_before_the_previous_ended_are_flagged(rec: Rec) -> None:
+    # Isolated-turn mode: turn 1 goes out at 0.5, before turn 0 ended at 2.0: tool = 0.5 - 2.0.
+    rs = [
+        rec("x", 0, intended=0.0, sent=0.0, first_token=1.0, done=2.0),
+        rec("x", 1, intended=0.5, sent=0.5, first_token=1.5, done=3.0),
+    ]
+    s = summarise(rs)
+    assert s.overlapping_turns == 1
+    (t,) = session_times(rs)
+    assert t.breakdown.tool == -1.5 and t.breakdown.total == t.makespan == 3.0
+    assert summarise(rs[:1]).overlapping_turns == 0

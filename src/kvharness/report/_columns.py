@@ -79,10 +79,14 @@ class SessionArrays:
     """Per session (index = code into ``Columns.session_names``): start, end, distinct turns,
     completion, and seconds in each breakdown part (``parts[name]``)."""
 
-    def __init__(self, start: F, end: F, turns: I, completed: B, parts: dict[str, F]) -> None:
+    def __init__(
+        self, start: F, end: F, turns: I, completed: B, parts: dict[str, F], overlaps: int = 0
+    ) -> None:
         self.start, self.end, self.turns, self.completed, self.parts = (
             start, end, turns, completed, parts,
         )  # fmt: skip
+        self.overlaps = overlaps
+        """Turns that went out before their session's previous record ended (not closed loop)."""
 
     @property
     def makespan(self) -> F:
@@ -137,4 +141,5 @@ def session_arrays(c: Columns, expected_turns: Mapping[str, int] | None = None) 
     if expected_turns is not None:
         want = np.array([expected_turns.get(x, 0) for x in c.session_names], dtype=np.int64)
         completed &= turns == want
-    return SessionArrays(start, end, turns, completed, parts)
+    overlaps = int((new_turn & ~head & (wait < -1e-9)).sum())
+    return SessionArrays(start, end, turns, completed, parts, overlaps)

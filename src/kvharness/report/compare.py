@@ -160,6 +160,11 @@ def compare(
                 f"{s.label}: deadline {s.deadline_text} differs from {base.label}'s "
                 f"{base.deadline_text}; goodput is not comparable"
             )
+        if s.overlapping_turns:
+            warnings.append(
+                f"{s.label}: {s.overlapping_turns} turns went out before their session's previous"
+                " turn ended (not closed-loop): its makespan and goodput are not agent sessions'"
+            )
         bi, si = base.cache.ideal_ratio, s.cache.ideal_ratio
         if bi is not None and si is not None and abs(bi - si) > 0.02:
             warnings.append(

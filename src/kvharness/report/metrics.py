@@ -185,6 +185,10 @@ class Summary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     replicas: list[ReplicaLoad]
     imbalance: float | None
     output_tokens: int
+    overlapping_turns: int = 0
+    """Turns sent before their session's previous turn ended: the run was not closed-loop within
+    sessions (e.g. isolated-turn mode), so makespan, goodput and breakdown do not describe agent
+    sessions (the breakdown's ``tool`` part goes negative)."""
     deadline_rule: str | None = None
     """How per-session deadlines were set (``"1.5x lower bound"``); None when not per session."""
     version: int = 1
@@ -343,6 +347,7 @@ def summarise(
         label=label,
         deadline=deadline,
         deadline_rule=deadline_rule,
+        overlapping_turns=a.overlaps,
         records=c.n,
         turns_ok=int(ok.sum()),
         sessions=len(c.session_names),

@@ -113,6 +113,15 @@ def render_summary(summary: Summary) -> RenderableType:
         _sessions_table(summary),
     ]
     parts += [t for t in (_breakdown_table(summary), _by_turn_table(summary)) if t is not None]
+    if summary.overlapping_turns:
+        parts.append(
+            Text(
+                f"note: {summary.overlapping_turns} turns went out before their session's previous "
+                "turn ended (not closed-loop): session makespan, goodput and breakdown do not "
+                "describe agent sessions",
+                style="yellow",
+            )
+        )
     if summary.records == 0:
         parts.append(Text("no records: nothing was measured", style="yellow"))
     return Group(*parts)
