@@ -213,10 +213,10 @@ async def gateways() -> Any:
     """``await gateways(backends=(...), **config)`` -> a started Gateway (port 0), stopped after."""
     made: list[Gateway] = []
 
-    async def make(tokenizer: Any = None, **kw: Any) -> Gateway:
+    async def make(**kw: Any) -> Gateway:
         kw.setdefault("port", 0)
         kw.setdefault("health_interval_s", 0.2)
-        gw = Gateway(GatewayConfig(**kw), tokenizer=tokenizer)
+        gw = Gateway(GatewayConfig(**kw))
         await gw.start()
         made.append(gw)
         return gw

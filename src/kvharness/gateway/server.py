@@ -146,6 +146,7 @@ class Gateway:
         self._hash_lock = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._event_tasks: dict[int, asyncio.Task[None]] = {}
         self._runner: web.AppRunner | None = None
         self.started_at = time.time()
         self.port = config.port
@@ -176,10 +177,9 @@ class Gateway:
             auto_decompress=False,
         )
         await self._discover()
-        for sub in self.subscribers:
+        for i, sub in enumerate(self.subscribers):
             if sub is not None:
-                sub.open()
-                self._tasks.append(asyncio.create_task(sub.run()))
+                self.start_events(i)
         checker = HealthChecker(
             self._session,
             self.urls,
@@ -191,6 +191,8 @@ class Gateway:
         try:
             yield
         finally:
+            for i in list(self._event_tasks):
+                await self.stop_events(i)
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:
@@ -198,6 +200,23 @@ class Gateway:
                     await task
             self._tasks.clear()
             await self._session.close()
+
+    def start_events(self, i: int) -> None:
+        """(Re)subscribe to replica ``i``'s KV events (no-op if it has none or already runs)."""
+        sub = self.subscribers[i]
+        if sub is None or i in self._event_tasks:
+            return
+        sub.open()
+        self._event_tasks[i] = asyncio.create_task(sub.run())
+
+    async def stop_events(self, i: int) -> None:
+        """Unsubscribe from replica ``i``'s KV events; what it publishes meanwhile is lost (a
+        later :meth:`start_events` sees the gap and recovers as configured)."""
+        task = self._event_tasks.pop(i, None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _discover(self) -> None:
         """Read block size and cache size from the replicas unless configured."""

