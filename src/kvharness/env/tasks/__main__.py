@@ -1,0 +1,66 @@
+"""``python -m kvharness.env.tasks build --out DIR``: build a task suite from pinned sdists."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kvharness.env.tasks.builder import build_suite
+from kvharness.env.tasks.suite import SUITES
+from kvharness.errors import UserError
+
+
+def add_build_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``build`` (shared with ``kvharness env build-suite``)."""
+    parser.add_argument("--out", type=Path, required=True, help="suite folder to write (created)")
+    parser.add_argument(
+        "--suite",
+        choices=sorted(SUITES),
+        default="default",
+        help="which suite definition to build (default: %(default)s, 26 tasks from 4 packages)",
+    )
+    parser.add_argument(
+        "--venv",
+        type=Path,
+        default=Path(".cache/env-venv"),
+        help="venv the tasks' tests run in, created if missing (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(".cache/sdists"),
+        help="where downloaded sdists are kept (default: %(default)s)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run_build(args: argparse.Namespace) -> int:
+    """Build the suite the parsed ``args`` describe; print one summary line."""
+    tasks = build_suite(
+        SUITES[args.suite],
+        args.out,
+        venv=args.venv,
+        cache=args.cache,
+        progress=not args.no_progress,
+    )
+    packages = sorted({t.package for t in tasks})
+    print(f"{len(tasks)} tasks from {len(packages)} packages ({', '.join(packages)}) in {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kvharness.env.tasks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="build a task suite from pinned package versions")
+    add_build_arguments(build)
+    args = parser.parse_args(argv)
+    try:
+        return run_build(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
