@@ -8,10 +8,14 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvharness.errors import FormatError, UserError
 from kvharness.report.io import (
     DeadlineSpec,
+    _first_impossible,
+    check_record,
     load_run,
     parse_deadline,
     read_run_records,
@@ -158,3 +162,35 @@ def test_parse_deadline() -> None:
     for bad in ("soon", "x", True, [1], "-1", "0x", "inf"):
         with pytest.raises(UserError, match="deadline"):
             parse_deadline(bad)
+
+
+_maybe_t = st.one_of(st.none(), st.floats(0.0, 10.0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(-1, 2), st.floats(0.0, 10.0), _maybe_t, _maybe_t, _maybe_t,
+                  st.one_of(st.none(), st.integers(-1, 5)), st.booleans()),
+        max_size=8,
+    )
+)  # fmt: skip
+def test_column_check_agrees_with_check_record(
+    rows: list[tuple[int, float, float | None, float | None, float | None, int | None, bool]],
+) -> None:
+    records = [
+        TurnRecord("s", turn, "r", 0.0, sent, first, done, 10, cached, 0, 1, scheduled=sched,
+                   error="timeout" if err else None)
+        for turn, sent, sched, first, done, cached, err in rows
+    ]  # fmt: skip
+    expected = next((i for i, r in enumerate(records) if check_record(r) is not None), None)
+    assert _first_impossible(records) == expected
+
+
+def test_impossible_record_after_blank_lines_names_its_line(tmp_path: Path, rec: Rec) -> None:
+    path = tmp_path / "records.jsonl"
+    ok = msgspec.json.encode(rec("s", 0, first_token=1.0, done=2.0)) + b"\n"
+    bad = msgspec.json.encode(rec("s", 1, first_token=3.0, done=2.5)) + b"\n"
+    _write_lines(path, [ok, b"\n", ok, b"  \n", bad, ok])
+    with pytest.raises(FormatError, match=r"records.jsonl:5: bad record: time runs backwards"):
+        read_run_records(path)
