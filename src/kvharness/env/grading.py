@@ -327,11 +327,13 @@ class Grader:
             repo, copy, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__")
         )
         snapshot = _files(task.repo_dir)
-        for rel, src in snapshot.items():
-            if _is_protected(rel):
-                dest = copy / rel
+        for rel in tampered:  # put protected files back as they were (even though score is 0)
+            dest = copy / rel
+            if dest.is_symlink() or dest.is_file():
+                dest.unlink()
+            if rel in snapshot:
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dest)
+                shutil.copyfile(snapshot[rel], dest)
         for rel, src in _files(task.hidden_dir).items():
             dest = copy / rel
             if dest.is_symlink() or dest.is_file():

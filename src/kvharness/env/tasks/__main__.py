@@ -1,4 +1,5 @@
-"""``python -m kvharness.env.tasks build --out DIR``: build a task suite from pinned sdists."""
+"""``python -m kvharness.env.tasks build --out DIR`` builds a task suite from pinned sdists;
+``python -m kvharness.env.tasks verify DIR`` checks every task of a built suite."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from kvharness.env.task import load_suite
 from kvharness.env.tasks.builder import build_suite
 from kvharness.env.tasks.suite import SUITES
+from kvharness.env.tasks.verify import verify_task
 from kvharness.errors import UserError
 
 
@@ -49,14 +52,35 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_verify(args: argparse.Namespace) -> int:
+    """Grade every task of a suite as mutant and as fixed; print one line per task."""
+    tasks = load_suite(args.suite_dir)
+    failed = 0
+    for task in tasks:
+        check = verify_task(task)
+        failed += not check.ok
+        status = "ok" if check.ok else "FAIL " + "; ".join(check.problems)
+        print(
+            f"{task.id}: {status} (F2P {len(task.fail_to_pass)}, P2P {len(task.pass_to_pass)}, "
+            f"grading {check.mutant.duration_s:.2f} s / {check.fixed.duration_s:.2f} s)"
+        )
+    packages = len({t.package for t in tasks})
+    print(f"{len(tasks) - failed}/{len(tasks)} tasks verified, {packages} packages")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvharness.env.tasks", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build a task suite from pinned package versions")
     add_build_arguments(build)
+    verify = sub.add_parser(
+        "verify", help="check every task: the mutant fails FAIL_TO_PASS, the fix passes all"
+    )
+    verify.add_argument("suite_dir", type=Path, help="a built suite folder")
     args = parser.parse_args(argv)
     try:
-        return run_build(args)
+        return run_build(args) if args.command == "build" else run_verify(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
