@@ -256,9 +256,9 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-def _cache(c: Columns, mask: npt.NDArray[np.bool_]) -> CacheStats:
-    """Cache figures over the successful attempts selected by ``mask``."""
-    reported = mask & (c.cached >= 0)
+def _cache(c: Columns, idx: npt.NDArray[np.intp]) -> CacheStats:
+    """Cache figures over the successful attempts at positions ``idx`` of the columns."""
+    reported = idx[c.cached[idx] >= 0]
     prompt = int(c.prompt[reported].sum())
     cached = int(c.cached[reported].sum())
     ideal = int(c.ideal[reported].sum())
@@ -266,7 +266,7 @@ def _cache(c: Columns, mask: npt.NDArray[np.bool_]) -> CacheStats:
         prompt_tokens=prompt,
         cached_tokens=cached,
         ideal_cached_tokens=ideal,
-        unreported=int(mask.sum() - reported.sum()),
+        unreported=int(idx.size - reported.size),
         achieved_ratio=_ratio(cached, prompt),
         ideal_ratio=_ratio(ideal, prompt),
         achieved_vs_ideal=_ratio(cached, ideal),
@@ -274,13 +274,18 @@ def _cache(c: Columns, mask: npt.NDArray[np.bool_]) -> CacheStats:
 
 
 def _by_turn(c: Columns) -> list[TurnIndexStats]:
+    ok = np.flatnonzero(c.ok)
+    ok = ok[np.argsort(c.turn[ok], kind="stable")]
     out = []
-    for turn in np.unique(c.turn[c.ok]).tolist():
-        mask = c.ok & (c.turn == turn)
-        d = dist(c.first[mask & ~np.isnan(c.first)] - c.sent[mask & ~np.isnan(c.first)])
-        ch = _cache(c, mask)
-        n = int(mask.sum())
-        out.append(TurnIndexStats(turn, n, d.p50, d.p90, ch.achieved_ratio, ch.ideal_ratio))
+    for g in np.split(ok, np.flatnonzero(np.diff(c.turn[ok])) + 1) if ok.size else []:
+        has = g[~np.isnan(c.first[g])]
+        d = dist(c.first[has] - c.sent[has])
+        ch = _cache(c, g)
+        out.append(
+            TurnIndexStats(
+                int(c.turn[g[0]]), int(g.size), d.p50, d.p90, ch.achieved_ratio, ch.ideal_ratio
+            )
+        )
     return out
 
 
@@ -362,7 +367,7 @@ def summarise(
         makespan=dist(makespan),
         breakdown=breakdown,
         by_turn=_by_turn(c),
-        cache=_cache(c, ok),
+        cache=_cache(c, np.flatnonzero(ok)),
         errors={k: v for k, v in sorted(errors.items()) if v},
         replicas=replicas,
         imbalance=imbalance,
