@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 run: setup
-	$(BIN)/kvharness workload stats synthetic
+	$(BIN)/kvharness bench
 
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
