@@ -88,7 +88,7 @@ def test_compare_json_html_and_baseline(
     ttft = next(m for m in data["metrics"] if m["key"] == "ttft_p50")
     assert ttft["values"] == [1.0, 0.75] and ttft["verdict"] == ["worse", "baseline"]
     assert ttft["pct"][0] == pytest.approx(100 / 3)
-    assert html.read_text().count('<svg class="plot"') == 7
+    assert html.read_text().count('<svg class="plot"') == 8
 
 
 def test_compare_rows_and_same_names(

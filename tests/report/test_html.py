@@ -29,7 +29,7 @@ def test_report_is_self_contained(records: list[TurnRecord]) -> None:
     page = render_html([(summarise(records, label="a"), records)])
     # Nothing is fetched: no src/href attributes, stylesheets, imports or url() in the page.
     assert not re.search(r"\b(src|href)\s*=|<link|@import|url\(", page)
-    assert page.count("<script>") == 1 and page.count('<svg class="plot"') == 6
+    assert page.count("<script>") == 1 and page.count('<svg class="plot"') == 7
 
 
 def test_one_run_renders_in_chromium(
@@ -38,9 +38,9 @@ def test_one_run_renders_in_chromium(
     path = write_html(tmp_path / "report.html", [(summarise(records, label="a"), records)])
     dom, stderr = load_page(path)
     # The inline script ran to its last line (an exception would leave data-ok unset) and saw
-    # the six plots; it added the tooltip element.
+    # the seven plots; it added the tooltip element.
     assert re.search(r'<body[^>]*data-ok="1"', dom), dom[:500]
-    assert 'data-plots="6"' in dom and 'id="tip"' in dom
+    assert 'data-plots="7"' in dom and 'id="tip"' in dom
     assert _console_lines(stderr) == []
     # TTFT CDF: one line for the run. By turn index: p50 and p90 lines with 3 points each.
     assert _plot(dom, "plot-ttft-cdf").count("<polyline") == 1
@@ -56,6 +56,9 @@ def test_one_run_renders_in_chromium(
     cache = _plot(dom, "plot-cache")
     assert 'data-tip="a cached (achieved): 39%"' in cache and 'data-tip="a ideal: 44%"' in cache
     assert _plot(dom, "plot-cache-by-turn").count("<polyline") == 2
+    # Replica load (conftest: r0 400 prompt tokens, r1 800).
+    loads = _plot(dom, "plot-replicas")
+    assert 'data-tip="r0 a: 400"' in loads and 'data-tip="r1 a: 800"' in loads
     assert "<table>" in dom
 
 
@@ -69,7 +72,7 @@ def test_several_runs_overlay_in_chromium(
     ]  # fmt: skip
     runs = [(summarise(records, label="base"), records), (summarise(faster, label="new"), faster)]
     dom, stderr = load_page(write_html(tmp_path / "cmp.html", runs))
-    assert re.search(r'<body[^>]*data-ok="1"', dom) and 'data-plots="7"' in dom
+    assert re.search(r'<body[^>]*data-ok="1"', dom) and 'data-plots="8"' in dom
     assert _console_lines(stderr) == []
     assert _plot(dom, "plot-ttft-cdf").count("<polyline") == 2
     assert _plot(dom, "plot-ttft-by-turn").count("<polyline") == 4

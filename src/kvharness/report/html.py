@@ -35,6 +35,7 @@ PART_COLORS = {
 }
 _CDF_POINTS = 300
 _SESSION_BARS = 40
+_MAX_REPLICA_BARS = 32
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1500px}
@@ -170,6 +171,21 @@ def _cache_bars(runs: Sequence[_Run]) -> str:
     )  # fmt: skip
 
 
+def _replica_load(runs: Sequence[_Run]) -> str | None:
+    """Prompt tokens per replica, one bar per run; None with one replica or too many to draw."""
+    names = sorted({x.replica for s, _ in runs for x in s.replicas})
+    if not 1 < len(names) <= _MAX_REPLICA_BARS:
+        return None
+    series = []
+    for i, (s, _) in enumerate(runs):
+        load = {x.replica: float(x.prompt_tokens) for x in s.replicas}
+        series.append((s.label, [load.get(n) for n in names], _color(i)))
+    return grouped_bars(
+        names, series, title="Prompt tokens per replica (load balance)", ylabel="prompt tokens",
+        plot_id="plot-replicas",
+    )  # fmt: skip
+
+
 def _cache_by_turn(runs: Sequence[_Run]) -> str:
     series = []
     for i, (s, _) in enumerate(runs):
@@ -253,6 +269,7 @@ def _page(runs: Sequence[_Run], title: str | None) -> str:
     plots = [_ttft_cdf(runs), _ttft_by_turn(runs), _mean_breakdown(runs, parts)]
     plots += [_session_bars(i, run, parts) for i, run in enumerate(runs)]
     plots += [_cache_bars(runs), _cache_by_turn(runs)]
+    plots += [p for p in (_replica_load(runs),) if p is not None]
     details = "".join(f"<h2>{escape(s.label)}</h2>{_detail_table(s)}" for s, _ in runs)
     heading = "Summary" if len(runs) == 1 else f"Compared against {escape(runs[0][0].label)}"
     return (
