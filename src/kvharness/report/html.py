@@ -145,7 +145,7 @@ def _session_bars(i: int, run: _Run, parts: list[str]) -> str:
     return stacked_hbars(
         bars, [(k.replace("_", "+"), PART_COLORS[k]) for k in parts],
         title=f"Time per session — {s.label} (by makespan rank)", xlabel="seconds",
-        plot_id=f"plot-sessions-{i}", xf=_sec,
+        plot_id=f"plot-sessions-{i}", xf=_sec_tick, tf=_sec,
     )  # fmt: skip
 
 
@@ -154,7 +154,7 @@ def _mean_breakdown(runs: Sequence[_Run], parts: list[str]) -> str:
     return stacked_hbars(
         bars, [(k.replace("_", "+"), PART_COLORS[k]) for k in parts],
         title="Mean completed session: where the time went", xlabel="seconds",
-        plot_id="plot-breakdown", xf=_sec,
+        plot_id="plot-breakdown", xf=_sec_tick, tf=_sec,
     )  # fmt: skip
 
 

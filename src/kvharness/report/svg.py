@@ -31,7 +31,11 @@ Fmt = Callable[[float], str]
 
 
 def _g(v: float) -> str:
-    return f"{v:.4g}"
+    """Compact number: 0, 0.25, 12, 3.5k, 40M."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g}{suffix}"
+    return f"{v:.3g}"
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
@@ -162,8 +166,11 @@ def stacked_hbars(
     xlabel: str,
     plot_id: str,
     xf: Fmt = _g,
+    tf: Fmt | None = None,
 ) -> str:
-    """Horizontal bars, one per ``(label, values)``, each stacked from ``parts`` (name, colour)."""
+    """Horizontal bars, one per ``(label, values)``, each stacked from ``parts`` (name, colour);
+    ``xf`` formats axis ticks, ``tf`` tooltips (default ``xf``)."""
+    tf = tf or xf
     if not bars:
         return _empty(plot_id, title)
     top = max(math.fsum(max(v, 0.0) for v in vals) for _, vals in bars)
@@ -179,7 +186,7 @@ def stacked_hbars(
             body.append(
                 f'<rect x="{f.px(x):.1f}" y="{y:.1f}" width="{f.px(x + v) - f.px(x):.2f}" '
                 f'height="{band * 0.8:.1f}" fill="{color}" '
-                f'data-tip="{escape(label)} {escape(name)}: {escape(xf(v))}"/>'
+                f'data-tip="{escape(label)} {escape(name)}: {escape(tf(v))}"/>'
             )
             x += v
         if len(bars) <= 20:
