@@ -150,6 +150,11 @@ def test_bad_options(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[
     )
     assert main(["report", "compare", str(two_runs[0]), "--baseline", "3"]) == 2
     assert "--baseline 3: give 0..0" in capsys.readouterr().err
+    assert (
+        main(["report", "show", str(two_runs[0]), "--html", str(two_runs[0] / "no" / "x.html")])
+        == 2
+    )
+    assert "--html " in (err := capsys.readouterr().err) and "No such file or directory" in err
     assert main(["report"]) == 2
     assert "show" in capsys.readouterr().out
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from rich.console import Console
 
 from kvharness.errors import UserError
+
+if TYPE_CHECKING:
+    from kvharness.report.html import Run
+    from kvharness.report.io import DeadlineSpec
 
 HELP = "show a run's report, or compare runs side by side (sim or bench run directories)"
 
@@ -93,7 +97,7 @@ def _console() -> Console:
     return Console(width=width, highlight=False)
 
 
-def _deadline_arg(args: argparse.Namespace) -> Any:
+def _deadline_arg(args: argparse.Namespace) -> DeadlineSpec | None:
     from kvharness.report.io import parse_deadline
 
     try:
@@ -103,7 +107,6 @@ def _deadline_arg(args: argparse.Namespace) -> Any:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from kvharness.report.html import write_html
     from kvharness.report.io import load_run
     from kvharness.report.table import render_summary
 
@@ -115,14 +118,12 @@ def run_show(args: argparse.Namespace) -> int:
     else:
         _console().print(render_summary(summary))
     if args.html:
-        out = write_html(args.html, [(summary, run.records)])
-        print(f"wrote {out}", file=sys.stderr)
+        _write_html(args.html, [(summary, run.records)])
     return 0
 
 
 def run_compare(args: argparse.Namespace) -> int:
     from kvharness.report.compare import compare
-    from kvharness.report.html import write_html
     from kvharness.report.io import load_run
     from kvharness.report.table import render_comparison
 
@@ -155,6 +156,15 @@ def run_compare(args: argparse.Namespace) -> int:
         )
     if args.html:
         order = [args.baseline] + [i for i in range(len(runs)) if i != args.baseline]
-        out = write_html(args.html, [(summaries[i], runs[i].records) for i in order])
-        print(f"wrote {out}", file=sys.stderr)
+        _write_html(args.html, [(summaries[i], runs[i].records) for i in order])
     return 0
+
+
+def _write_html(path: str, runs: list[Run]) -> None:
+    from kvharness.report.html import write_html
+
+    try:
+        out = write_html(path, runs)
+    except OSError as err:
+        raise UserError(f"--html {path}: {err.strerror or err}") from None
+    print(f"wrote {out}", file=sys.stderr)
