@@ -3,7 +3,9 @@
 H200 / Llama-3.3-70B replicas (FP8 weights, TP1), round robin, at a load where round robin
 saturates (its sessions take well over their lower bound), on the synthetic coding-agent
 workload (sessions scale with the replicas) and on the Mooncake conversation trace (arrivals
-compressed by --trace-load). Wall time covers the simulation only (not loading the workload).
+compressed by --trace-load). Times cover the simulation only (not loading the workload); CPU
+time (this process) is printed beside wall time because wall time on a shared machine is not
+the simulator's.
 
     .venv/bin/python benchmarks/sim_speed.py [--replicas 4,16,64] [--which synthetic,trace]
 """
@@ -39,9 +41,9 @@ def synthetic(replicas: int) -> Workload:
 def measure(wl: Workload, replicas: int, load: float, policy: str) -> str:
     cluster = parse_cluster(f"{replicas}xH200:llama-3.3-70b", block_size=wl.block_size)
     sim = Simulator(wl, SimConfig(cluster, policy, load=load))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = sim.run()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     ok = [r for r in res.records if r.ok]
     lb = sum(res.lower_bounds.values())
     spans: dict[str, list[float]] = {}
@@ -51,8 +53,8 @@ def measure(wl: Workload, replicas: int, load: float, policy: str) -> str:
         s[1] = max(s[1], r.done or r.intended)
     span = sum(b - a for a, b in spans.values())
     return (
-        f"{replicas:>4} {len(res.records):>7} {res.end_time:>9.0f} {wall:>7.1f} "
-        f"{res.end_time / wall:>8.0f}x {len(res.records) / wall:>8.0f} "
+        f"{replicas:>4} {len(res.records):>7} {res.end_time:>9.0f} {wall:>7.1f} {cpu:>7.1f} "
+        f"{res.end_time / wall:>8.0f}x {res.end_time / cpu:>8.0f}x {len(res.records) / cpu:>8.0f} "
         f"{res.engine_steps:>10} {res.events:>8} {span / lb if lb else 0:>7.2f}"
     )
 
@@ -72,7 +74,7 @@ def main() -> None:
     ap.add_argument("--policy", default="round_robin", help="routing policy")
     args = ap.parse_args()
     sizes = [int(x) for x in args.replicas.split(",")]
-    head = f"{'repl':>4} {'turns':>7} {'sim s':>9} {'wall s':>7} {'sim/wall':>9} {'turns/s':>8} {'steps':>10} {'events':>8} {'span/LB':>7}"
+    head = f"{'repl':>4} {'turns':>7} {'sim s':>9} {'wall s':>7} {'cpu s':>7} {'sim/wall':>9} {'sim/cpu':>9} {'turns/cpu-s':>8} {'steps':>10} {'events':>8} {'span/LB':>7}"
     for which in args.which.split(","):
         print(f"\n{which} ({args.policy})")
         print(head)

@@ -87,10 +87,15 @@ def test_jump_gives_the_same_records_as_stepping(small: Workload) -> None:
             assert getattr(x, f) == pytest.approx(getattr(y, f), rel=1e-9)
 
 
-def test_prefix_index_fed_by_events_equals_asking_the_pools(small: Workload) -> None:
-    a = run(small, "4xH200:llama-3.1-8b", "dynamo_kv", prefix_source="index", num_blocks=300)
-    b = run(small, "4xH200:llama-3.1-8b", "dynamo_kv", prefix_source="direct", num_blocks=300)
+@pytest.mark.parametrize("cpu", [0, 500])
+def test_prefix_sources_fed_by_events_equal_asking_the_pools(small: Workload, cpu: int) -> None:
+    kw = {"num_blocks": 300, "cpu_tier_blocks": cpu}
+    a = run(small, "4xH200:llama-3.1-8b", "dynamo_kv", prefix_source="index", **kw)
+    b = run(small, "4xH200:llama-3.1-8b", "dynamo_kv", prefix_source="mask", **kw)
+    c = run(small, "4xH200:llama-3.1-8b", "dynamo_kv", prefix_source="direct", **kw)
     assert a.records == b.records
+    if not cpu:  # asking the pools directly sees the device tier only
+        assert a.records == c.records
 
 
 def test_engine_block_size_differs_from_the_workloads(small: Workload) -> None:
@@ -127,3 +132,15 @@ def test_prompt_too_long_is_an_error_record(small: Workload) -> None:
     res = run(small, "1xH200:llama-3.1-8b", num_blocks=20)
     assert any(r.error and r.error.startswith("too long") for r in res.records)
     assert len(res.records) == small.num_turns
+
+
+def test_goodput_counts_sessions_within_their_deadline() -> None:
+    from kvharness.sim.sweep import Task, run_task
+
+    spec = "synthetic:sessions=4,steps_median=4,repo_tokens_median=3000"
+    loose = run_task(Task(spec, "2xH200:llama-3.1-8b", "round_robin", deadline="100x"))
+    tight = run_task(Task(spec, "2xH200:llama-3.1-8b", "round_robin", deadline="0.5x"))
+    assert loose.sessions_within_deadline == loose.sessions == 4
+    assert loose.goodput is not None and loose.goodput > 0
+    assert tight.sessions_within_deadline == 0 and tight.goodput == 0
+    assert loose.bound_ratio_mean is not None and loose.bound_ratio_mean >= 1.0

@@ -207,16 +207,22 @@ class BlockPool:
         ``blocks`` first, so a chain's tail is evicted before its head; uncached ones go to the
         front (they are reused first)."""
         ref, free, bhash = self._ref, self._free, self._hash
-        for b in reversed(blocks):
-            r = ref[b] - 1
-            if r < 0:
-                raise RuntimeError(f"block {b} freed more often than referenced")
-            ref[b] = r
-            if r == 0:
-                self.frees += 1
-                free[b] = None
-                if bhash[b] is None:
-                    free.move_to_end(b, last=False)
+        order = blocks[::-1]
+        for b in order:
+            ref[b] -= 1
+        refs = list(map(ref.__getitem__, order))
+        if min(refs, default=0) < 0:
+            for b in order:  # undo, then report
+                ref[b] += 1
+            raise RuntimeError("a block was freed more often than referenced")
+        if 0 not in refs:
+            return
+        zero = [b for b, r in zip(order, refs, strict=True) if r == 0]
+        self.frees += len(zero)
+        free.update(dict.fromkeys(zero))
+        for b in zero:
+            if bhash[b] is None:
+                free.move_to_end(b, last=False)
 
     def reset(self) -> bool:
         """Drop the whole prefix cache if no block is in use; returns whether it did."""

@@ -12,9 +12,11 @@ insertion order, so runs are reproducible). Two kinds of event:
 
 A send at the same instant as a step end is seen by that step's successor, as a live engine would.
 
-The prefix index (:class:`kvharness.routing.index.PrefixIndex`) is fed with every replica's KV
-events after each step; ``prefix_source="direct"`` asks each replica's block pool instead (exact,
-O(replicas) per turn). Per simulated turn the work is O(its blocks + replicas for the policy's own
+Matched prefixes come from a mirror of the replicas' caches fed with their KV events after each
+step: by default :class:`kvharness.sim.prefix.MaskIndex` (O(blocks) per match whatever the number
+of replicas), or the routing package's :class:`~kvharness.routing.index.PrefixIndex`
+(``prefix_source="index"``); ``"direct"`` asks each replica's block pool (O(replicas) per turn).
+All three give the same answers. Per simulated turn the work is O(its blocks + replicas for the policy's own
 scan); per engine step it is O(requests in the batch), never O(replicas).
 """
 
@@ -37,6 +39,7 @@ from kvharness.routing.index import PrefixIndex
 from kvharness.sim.bounds import solo_turn_time
 from kvharness.sim.cluster import ClusterSpec
 from kvharness.sim.ideal import SessionIdealCache
+from kvharness.sim.prefix import MaskIndex
 from kvharness.workload.chain import BlockChain
 from kvharness.workload.ideal import engine_cached_tokens
 from kvharness.workload.model import Arrival, Workload
@@ -60,8 +63,10 @@ class SimConfig:
     """Host-memory offload tier per replica, in blocks (0 = none)."""
     load: float = 1.0
     """Multiplier on the session arrival rate (trace time compressed, Poisson rate, concurrency)."""
-    prefix_source: str = "index"
-    """``index``: a PrefixIndex fed by KV events; ``direct``: ask every replica's pool."""
+    prefix_source: str = "mask"
+    """Where matched prefixes come from, all exact: ``mask`` (a fast event-fed mirror,
+    :mod:`kvharness.sim.prefix`), ``index`` (the routing package's PrefixIndex, fed by the same
+    events) or ``direct`` (ask every replica's block pool)."""
     jump: bool = True
     """Jump over decode steps in closed form (False: step one by one, the reference)."""
     num_blocks: int | None = None
@@ -70,8 +75,10 @@ class SimConfig:
     def __post_init__(self) -> None:
         if not self.load > 0:
             raise ValueError(f"load must be > 0, got {self.load}")
-        if self.prefix_source not in ("index", "direct"):
-            raise ValueError(f"prefix_source must be index or direct, got {self.prefix_source!r}")
+        if self.prefix_source not in ("mask", "index", "direct"):
+            raise ValueError(
+                f"prefix_source must be mask, index or direct, got {self.prefix_source!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +137,7 @@ class Simulator:
         self.block_size = dep.block_size
         self.policy = policy or make_policy(config.policy, **dict(config.policy_options))
         self.ttls = ToolTTL()
-        use_index = config.prefix_source == "index"
+        use_index = config.prefix_source != "direct"
         self.replicas = [
             Replica(
                 f"r{i}",
@@ -145,7 +152,12 @@ class Simulator:
             for i in range(config.cluster.replicas)
         ]
         self.states = [r.state for r in self.replicas]
-        self.index = PrefixIndex(len(self.replicas)) if use_index else None
+        n = len(self.replicas)
+        self.index: PrefixIndex | MaskIndex | None = None
+        if config.prefix_source == "index":
+            self.index = PrefixIndex(n)
+        elif config.prefix_source == "mask":
+            self.index = MaskIndex(n)
         self._hashes = hash_cache if hash_cache is not None else {}
         self._heap: list[tuple[float, int, int, int, int, int]] = []
         self._seq = 0

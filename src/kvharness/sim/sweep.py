@@ -83,13 +83,21 @@ def run_task(task: Task, workload: Workload | None = None) -> PolicyRow:
             task.out,
             result.records,
             {**config, "lower_bounds": result.lower_bounds},
-            deadline.seconds,
+            task.deadline,
             label=label,
             expected_turns=expected,
         )
     else:
+        per_session = None
+        if deadline.factor is not None:
+            per_session = {k: deadline.of(v) for k, v in result.lower_bounds.items()}
         summary = summarise(
-            result.records, deadline=deadline.seconds, label=label, expected_turns=expected
+            result.records,
+            deadline=deadline.seconds,
+            label=label,
+            expected_turns=expected,
+            session_deadlines=per_session,
+            deadline_rule=None if deadline.factor is None else f"{deadline.label()}",
         )
     return policy_row(
         task.policy,
