@@ -1,5 +1,9 @@
-"""``python -m kvharness.env.tasks build --out DIR`` builds a task suite from pinned sdists;
-``python -m kvharness.env.tasks verify DIR`` checks every task of a built suite."""
+"""Command line of the suite builder, also used by ``kvharness env``.
+
+``python -m kvharness.env.tasks build --out DIR`` builds a task suite from pinned sdists;
+``python -m kvharness.env.tasks verify DIR`` checks every task of a built suite. Other CLIs reuse
+:func:`add_build_arguments` + :func:`run_build` and :func:`add_verify_arguments` + :func:`run_verify`.
+"""
 
 from __future__ import annotations
 
@@ -52,6 +56,11 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``verify``."""
+    parser.add_argument("suite_dir", type=Path, help="a built suite folder")
+
+
 def run_verify(args: argparse.Namespace) -> int:
     """Grade every task of a suite as mutant and as fixed; print one line per task."""
     tasks = load_suite(args.suite_dir)
@@ -77,14 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     verify = sub.add_parser(
         "verify", help="check every task: the mutant fails FAIL_TO_PASS, the fix passes all"
     )
-    verify.add_argument("suite_dir", type=Path, help="a built suite folder")
+    add_verify_arguments(verify)
     args = parser.parse_args(argv)
     try:
         return run_build(args) if args.command == "build" else run_verify(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
