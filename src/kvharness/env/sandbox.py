@@ -270,13 +270,19 @@ class Sandbox:
                 proc.stdin.close()
             except BrokenPipeError:
                 pass
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        # A timer thread kills at the deadline; Popen.wait(timeout=...) would poll with sleeps of up
+        # to 50 ms, which is most of a short command's cost.
+        expired = threading.Event()
+
+        def kill() -> None:
+            expired.set()
             _kill_group(proc.pid)
-            proc.wait()
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        proc.wait()
+        timer.cancel()
+        timed_out = expired.is_set()
         duration = time.perf_counter() - start
         return CommandResult(proc.returncode, out.text(), err.text(), duration, timed_out)
 
