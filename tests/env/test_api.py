@@ -229,3 +229,19 @@ async def test_async_episodes_run_concurrently(tmp_path: Path) -> None:
     # The four sleeping commands were in flight at the same time: every one started before any
     # one finished.
     assert max(s for s, _ in spans) < min(e for _, e in spans)
+
+
+def test_special_and_huge_files(task: Task) -> None:
+    env = CodingEnv(task, config(max_observation_chars=1000))
+    env.reset()
+    env.step(Bash("mkfifo pipe && head -c 100000 /dev/zero | tr '\\0' x > big.txt"))
+    # Reading a FIFO the agent made would block the host: refused.
+    obs, *_ = env.step(ReadFile("pipe"))
+    assert obs == "error: read_file: pipe is not a regular file"
+    obs, *_ = env.step(EditFile("pipe", "a", "b"))
+    assert obs == "error: edit_file: pipe is not a regular file"
+    obs, *_ = env.step(ReadFile("calc"))
+    assert obs == "error: read_file: calc is a directory"
+    obs, *_ = env.step(ReadFile("big.txt"))
+    assert obs.startswith("x" * 1000) and "more characters not shown" in obs and len(obs) < 1100
+    env.close()

@@ -152,14 +152,13 @@ class _Episode:
             assert isinstance(result, CommandResult)
             return _command_text(result), {"returncode": result.returncode}
         if isinstance(action, ReadFile):
-            path = resolve_in_repo(self.repo, action.path)
-            if path.is_dir():
-                raise ActionError(f"read_file: {action.path} is a directory")
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                raise ActionError(f"read_file: no such file: {action.path}") from None
-            return data.decode("utf-8", errors="replace"), {}
+            path = _regular_file(self.repo, action.path, "read_file")
+            limit = 4 * self.config.max_observation_chars
+            with path.open("rb") as f:
+                data = f.read(limit + 1)
+            return data[:limit].decode("utf-8", errors="replace") + (
+                "\n[... file continues ...]" if len(data) > limit else ""
+            ), {}
         if isinstance(action, EditFile):
             path = resolve_in_repo(self.repo, action.path)
             if action.search == "":
@@ -168,10 +167,11 @@ class _Episode:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(action.replace)
                 return f"Created {action.path}.", {}
+            path = _regular_file(self.repo, action.path, "edit_file")
+            if path.stat().st_size > _MAX_EDIT_BYTES:
+                raise ActionError(f"edit_file: {action.path} is too large to edit (use bash)")
             try:
                 text = path.read_text()
-            except (FileNotFoundError, IsADirectoryError):
-                raise ActionError(f"edit_file: no such file: {action.path}") from None
             except UnicodeDecodeError:
                 raise ActionError(f"edit_file: {action.path} is not UTF-8 text") from None
             path.write_text(apply_edit(text, action.search, action.replace, action.path))
@@ -229,6 +229,22 @@ class _Episode:
 
     def close(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+_MAX_EDIT_BYTES = 8 << 20
+
+
+def _regular_file(repo: Path, path: str, tool: str) -> Path:
+    """The confined path of an existing regular file (not a directory, FIFO or device: reading
+    a FIFO the agent made would block the host)."""
+    target = resolve_in_repo(repo, path)
+    if target.is_dir():
+        raise ActionError(f"{tool}: {path} is a directory")
+    if not target.exists():
+        raise ActionError(f"{tool}: no such file: {path}")
+    if not target.is_file():
+        raise ActionError(f"{tool}: {path} is not a regular file")
+    return target
 
 
 def _command_text(result: CommandResult) -> str:

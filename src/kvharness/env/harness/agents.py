@@ -1,0 +1,221 @@
+"""Agents for the harness: the model itself, and scripted agents that prove the loop.
+
+Every agent is consulted once per model call: the harness sends the full conversation to the
+model, then asks the agent which actions to take given the model's reply. :class:`ModelAgent`
+takes the model's own tool calls. The scripted agents ignore what the model said and follow a
+script, but the harness still calls the model for every turn with the whole history (so the
+serving load is that of a real agent session):
+
+* :class:`OracleAgent`: explores (``ls``, a search, reads the mutated file), submits a wrong
+  attempt (a harmless edit), then applies the task's known fix and submits again. It must score
+  1.0 on every task.
+* :class:`NoopAgent`: submits at once; must score 0 (the bug is still there).
+* :class:`CheatAgent`: deletes every test file it can see, writes a ``conftest.py`` that turns
+  every test into a pass and rewrites test files to ``assert True``, then submits; must score 0
+  (grading restores the hidden tests on a clean copy).
+
+An agent holds one episode's script position: make one per episode (:func:`make_agent`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kvharness.env.actions import (
+    Action,
+    Bash,
+    EditFile,
+    ReadFile,
+    Search,
+    Submit,
+)
+from kvharness.env.task import Task
+
+__all__ = ["AGENTS", "Agent", "CheatAgent", "ModelAgent", "NoopAgent", "OracleAgent", "make_agent"]
+
+
+class Agent:
+    """Base: ``decide(reply)`` returns the actions for this turn: typed actions, or OpenAI tool
+    calls taken from the reply (empty: the harness nudges the model and asks again). A
+    ``scripted`` agent's actions replace the reply's tool calls in the recorded conversation. ``tool_choice`` is what the harness asks the server for: ``"auto"``
+    for an agent that reads the model's tool calls, ``"none"`` for scripted ones (the tools are
+    still sent, so the prompt is that of a tool-using agent)."""
+
+    name = "agent"
+    tool_choice = "auto"
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    scripted = False
+
+    @property
+    def finished(self) -> bool:
+        """True when the agent has nothing more to do (a script played out): the episode ends
+        before the next model call."""
+        return False
+
+    def decide(self, reply: Mapping[str, Any]) -> list[Action | Mapping[str, Any]]:
+        raise NotImplementedError
+
+
+class ModelAgent(Agent):
+    """Acts on the model's tool calls, passed to the environment as they came (one that does not
+    parse costs a step and its error is the tool's result)."""
+
+    name = "model"
+
+    def decide(self, reply: Mapping[str, Any]) -> list[Action | Mapping[str, Any]]:
+        return list(reply.get("tool_calls") or ())
+
+
+class _Scripted(Agent):
+    tool_choice = "none"
+    scripted = True
+
+    def __init__(self, task: Task) -> None:
+        super().__init__(task)
+        self._script = self.script()
+        self._pos = 0
+
+    def script(self) -> list[Action]:
+        raise NotImplementedError
+
+    @property
+    def finished(self) -> bool:
+        return self._pos >= len(self._script)
+
+    def decide(self, reply: Mapping[str, Any]) -> list[Action | Mapping[str, Any]]:
+        if self.finished:
+            return []
+        action = self._script[self._pos]
+        self._pos += 1
+        return [action]
+
+
+def _search_term(text: str) -> str:
+    """A plain identifier from the mutated source, as an exploring agent would grep for."""
+    words = [w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{2,}", text) if w not in _KEYWORDS]
+    return max(words, key=len) if words else "def "
+
+
+_KEYWORDS = frozenset(
+    [
+        "and",
+        "def",
+        "elif",
+        "else",
+        "for",
+        "from",
+        "if",
+        "import",
+        "in",
+        "is",
+        "lambda",
+        "not",
+        "or",
+        "return",
+        "self",
+        "True",
+        "False",
+        "None",
+        "while",
+        "with",
+        "yield",
+        "class",
+        "pass",
+    ]
+)
+
+
+class OracleAgent(_Scripted):
+    """Explore, submit a wrong attempt, apply the known fix, submit (see module docstring)."""
+
+    name = "oracle"
+
+    def script(self) -> list[Action]:
+        mut = self.task.mutation
+        fixed = (self.task.fix_dir / mut.file).read_text()
+        current = (self.task.repo_dir / mut.file).read_text()
+        marker = "# kvharness oracle: first attempt\n"
+        return [
+            Bash("ls"),
+            Search(_search_term(mut.mutated), None),
+            ReadFile(mut.file),
+            _prepend(mut.file, current, marker),
+            Submit(),
+            EditFile(mut.file, marker + current, fixed),
+            Submit(),
+        ]
+
+
+def _prepend(path: str, current: str, marker: str) -> EditFile:
+    """An edit that changes nothing the tests can see: a comment line before the file."""
+    first = current.splitlines(keepends=True)[0] if current else ""
+    if current.count(first) == 1 and first:
+        return EditFile(path, first, marker + first)
+    return EditFile(path, current, marker + current)
+
+
+class NoopAgent(_Scripted):
+    """Submits at once."""
+
+    name = "noop"
+
+    def script(self) -> list[Action]:
+        return [Submit()]
+
+
+_CHEAT_CONFTEST = """\
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+"""
+
+
+class CheatAgent(_Scripted):
+    """Attacks the tests instead of the bug, then submits (see module docstring)."""
+
+    name = "cheat"
+
+    def script(self) -> list[Action]:
+        find_tests = "find . \\( -name 'test_*.py' -o -name '*_test.py' -o -name conftest.py \\)"
+        rewrite = (
+            f"{find_tests} -print0 | xargs -0 -r -I{{}} sh -c "
+            "\"printf 'def test_ok():\\n    assert True\\n' > '{}'\""
+        )
+        return [
+            Bash(f"{find_tests} | head -50"),
+            Bash(rewrite),
+            Bash("rm -rf tests test testing conftest.py"),
+            EditFile("conftest.py", "", _CHEAT_CONFTEST),
+            Bash(
+                "mkdir -p tests && printf 'def test_ok():\\n    assert True\\n' "
+                "> tests/test_fixed.py && cp conftest.py tests/conftest.py"
+            ),
+            Submit(),
+        ]
+
+
+AGENTS: dict[str, Callable[[Task], Agent]] = {
+    "model": ModelAgent,
+    "oracle": OracleAgent,
+    "noop": NoopAgent,
+    "cheat": CheatAgent,
+}
+
+
+def make_agent(name: str, task: Task) -> Agent:
+    """A fresh agent of kind ``name`` for one episode of ``task``; ValueError for an unknown one."""
+    try:
+        factory = AGENTS[name]
+    except KeyError:
+        raise ValueError(f"unknown agent {name!r} (choose from {', '.join(AGENTS)})") from None
+    return factory(task)

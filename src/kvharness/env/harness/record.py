@@ -1,0 +1,139 @@
+"""Rollouts as data: a kvharness workload for bench and sim, and a rollouts JSONL for training.
+
+:func:`to_workload`: each episode is a :class:`Session` (id ``<task>/<k>``, ``group`` = the task,
+whose repository all its episodes share; ``start`` = when its first model call was sent), each
+model call a :class:`Turn` whose chain is the tokenised conversation up to that call: either the
+server's own token ids of the prompt (vLLM's ``/tokenize``: exactly what the engine cached), or
+the messages rendered and tokenised one by one, as :mod:`kvharness.workload.tokenize` does for
+SWE-agent trajectories (so a turn's chain extends the previous turn's; a chat template that drops
+tool calls makes the server's prompt shorter than this rendering), ``output_tokens`` the completion
+tokens the server reported, ``gap`` the tool time before the call, ``tool`` the tools that ran in
+it (comma-joined) and ``messages`` the messages appended since the previous call.
+
+:func:`rollout_line`: one JSON object per episode with the full trajectory (messages), rewards and
+submissions, and every model call and tool run with its measurements.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from kvharness.env.harness.loop import EpisodeResult
+from kvharness.workload.chain import ChainBuilder
+from kvharness.workload.model import Arrival, Session, Turn, Workload
+from kvharness.workload.tokenize import Tokenizer, message_tokens
+
+__all__ = ["call_prompts", "episode_session", "rollout_line", "to_workload", "write_rollouts"]
+
+
+def call_prompts(ep: EpisodeResult) -> list[list[dict[str, Any]]]:
+    """The whole conversation sent at each of the episode's model calls."""
+    out: list[list[dict[str, Any]]] = []
+    sofar: list[dict[str, Any]] = []
+    for rec in ep.calls:
+        sofar = sofar + list(rec.appended)
+        out.append(sofar)
+    return out
+
+
+def episode_session(
+    ep: EpisodeResult,
+    tokenizer: Tokenizer | None,
+    block_size: int,
+    prompt_ids: Sequence[Sequence[int]] | None = None,
+) -> Session | None:
+    """The episode as a session (None when it made no model call). With ``prompt_ids`` (the
+    server's own token ids of each call's prompt, see :meth:`ChatClient.tokenize`) the chains are
+    exactly what the engine saw; otherwise ``tokenizer`` tokenises the messages one by one."""
+    if not ep.calls:
+        return None
+    if prompt_ids is not None and len(prompt_ids) != len(ep.calls):
+        raise ValueError(f"{ep.episode}: {len(prompt_ids)} prompts for {len(ep.calls)} calls")
+    if prompt_ids is None and tokenizer is None:
+        raise ValueError("give a tokenizer or the prompts' token ids")
+    builder = ChainBuilder(block_size)
+    turns = []
+    for i, rec in enumerate(ep.calls):
+        if prompt_ids is not None:
+            builder = ChainBuilder(block_size)
+            builder.extend_tokens(prompt_ids[i])
+        else:
+            assert tokenizer is not None
+            for message in rec.appended:
+                builder.extend_tokens(message_tokens(tokenizer, message))
+        turns.append(
+            Turn(
+                input=builder.chain(),
+                output_tokens=rec.call.completion_tokens,
+                gap=rec.gap if i else 0.0,
+                tool=",".join(dict.fromkeys(rec.tools)) or None,
+                messages=rec.appended,
+            )
+        )
+    return Session(
+        ep.episode, tuple(turns), start=max(0.0, ep.calls[0].call.sent), group=ep.task_id
+    )
+
+
+def to_workload(
+    episodes: Sequence[EpisodeResult],
+    tokenizer: Tokenizer | None,
+    *,
+    block_size: int = 128,
+    name: str = "env-rollouts",
+    meta: Mapping[str, Any] | None = None,
+    prompt_ids: Sequence[Sequence[Sequence[int]]] | None = None,
+) -> Workload:
+    """The episodes' model calls as a workload (sessions in the given order; start times as
+    recorded, so ``Arrival("trace")`` replays the run's own arrival pattern). ``prompt_ids``:
+    per episode, per call, the server's token ids (then ``tokenizer`` may be None)."""
+    sessions = []
+    for k, ep in enumerate(episodes):
+        ids = prompt_ids[k] if prompt_ids is not None else None
+        session = episode_session(ep, tokenizer, block_size, ids)
+        if session is not None:
+            sessions.append(session)
+    tok_name = "server" if prompt_ids is not None or tokenizer is None else tokenizer.name
+    full_meta = {"source": "kvharness env run", "tokenizer": tok_name, **(meta or {})}
+    return Workload(tuple(sessions), block_size, name, Arrival("trace"), full_meta)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def rollout_line(ep: EpisodeResult) -> str:
+    """One episode as a JSON line (no trailing newline)."""
+    doc = {
+        "episode": ep.episode,
+        "task": ep.task_id,
+        "agent": ep.agent,
+        "reward": ep.reward,
+        "submissions": [asdict(s) for s in ep.submissions],
+        "terminated": ep.terminated,
+        "truncated": ep.truncated,
+        "steps": ep.steps,
+        "error": ep.error,
+        "calls": [
+            {**asdict(c.call), "gap": c.gap, "tools": list(c.tools), "appended": len(c.appended)}
+            for c in ep.calls
+        ],
+        "tool_runs": [asdict(t) for t in ep.tool_runs],
+        "messages": _jsonable(ep.messages),
+    }
+    return json.dumps(doc, sort_keys=False)
+
+
+def write_rollouts(episodes: Iterable[EpisodeResult], path: Path) -> None:
+    """Write every episode to ``path`` as JSON Lines (replacing it)."""
+    with path.open("w") as f:
+        for ep in episodes:
+            f.write(rollout_line(ep) + "\n")
