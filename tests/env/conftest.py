@@ -2,12 +2,13 @@
 
 ``smoke_suite`` is the SMOKE_SUITE (three inflection tasks from the pinned sdist) built by the real
 builder; it is reused by later sessions while its definition (hashed into the folder name) is
-unchanged. ``make_mini_task`` writes a small hand-made task (two bugs, visible and hidden tests)
+unchanged, as is the builder's code. ``make_mini_task`` writes a small hand-made task (two bugs, visible and hidden tests)
 for grading cases a single real mutation cannot produce, such as a half fix.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import textwrap
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import kvharness.env.tasks as tasks_pkg
 from kvharness.env.grading import Grader
 from kvharness.env.sandbox import Limits, python_env_paths
 from kvharness.env.task import Mutation, Task, load_suite, save_task
@@ -34,12 +36,18 @@ def env_venv() -> Path:
 @pytest.fixture(scope="session")
 def smoke_suite(env_venv: Path) -> list[Task]:
     """SMOKE_SUITE built by the real builder (sdist download, mutants, sandboxed runs)."""
-    digest = hashlib.sha256(repr(SMOKE_SUITE).encode()).hexdigest()[:12]
+    # Keyed by the definition and the builder's code, so a change to either rebuilds.
+    builder_code = sorted(Path(tasks_pkg.__file__).parent.glob("*.py"))
+    key = repr(SMOKE_SUITE).encode() + b"".join(p.read_bytes() for p in builder_code)
+    digest = hashlib.sha256(key).hexdigest()[:12]
     out = CACHE / "env-test" / f"smoke-{digest}"
-    if not (out / "suite.json").exists():
-        if out.exists():
-            shutil.rmtree(out)
-        build_suite(SMOKE_SUITE, out, venv=env_venv, cache=CACHE / "sdists", progress=False)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test session may be building it
+        if not (out / "suite.json").exists():
+            if out.exists():
+                shutil.rmtree(out)
+            build_suite(SMOKE_SUITE, out, venv=env_venv, cache=CACHE / "sdists", progress=False)
     return load_suite(out)
 
 

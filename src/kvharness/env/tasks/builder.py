@@ -15,6 +15,7 @@ Every test run happens in the sandbox, with the venv the suite's tasks will be g
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -61,6 +62,17 @@ def ensure_venv(venv: Path, deps: Sequence[str]) -> Path:
     stamp = venv / _DEPS_STAMP
     if stamp.exists() and json.loads(stamp.read_text()) == list(deps):
         return venv
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be creating it right now
+        if stamp.exists() and json.loads(stamp.read_text()) == list(deps):
+            return venv
+        _create_venv(venv, deps)
+    return venv
+
+
+def _create_venv(venv: Path, deps: Sequence[str]) -> None:
+    stamp = venv / _DEPS_STAMP
     if venv.exists():
         shutil.rmtree(venv)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -78,7 +90,6 @@ def ensure_venv(venv: Path, deps: Sequence[str]) -> Path:
             f"cannot install {' '.join(deps)} into {venv}: {done.stderr.strip()[-300:]}"
         )
     stamp.write_text(json.dumps(list(deps)))
-    return venv
 
 
 def _norm(name: str) -> str:
