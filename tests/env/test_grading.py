@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import kvharness.env.sandbox as sandbox_mod
 from kvharness.env.grading import Grader, junit_key, protected_changes
+from kvharness.env.sandbox import SandboxUnavailable, python_env_paths
 from kvharness.env.task import Task
 
 GraderFor = Callable[[Task], Grader]
@@ -188,3 +190,22 @@ def test_real_tasks_mutant_zero_fix_one_tampered_zero(
     (repo / hidden).write_text("")  # an emptied copy of the hidden test file
     result = grader.grade(repo)
     assert result.score == 0.0 and result.tampered == (hidden,)
+
+
+def test_without_bwrap_grading_refuses_unless_unsafe(
+    make_mini_task: Callable[[], Task],
+    env_venv: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_which = sandbox_mod.shutil.which
+    monkeypatch.setattr(
+        sandbox_mod.shutil, "which", lambda name: None if name == "bwrap" else real_which(name)
+    )
+    task = make_mini_task()
+    repo = task.checkout(tmp_path / "episode")
+    task.apply_fix(repo)
+    with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+        Grader(task, python_env=python_env_paths(env_venv)).grade(repo)
+    unsafe = Grader(task, python_env=python_env_paths(env_venv), unsafe=True)
+    assert unsafe.grade(repo).score == 1.0
