@@ -63,6 +63,9 @@ class BenchConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Seeds the isolated-mode shuffle and Poisson arrivals."""
     retry: RetryPolicy = RetryPolicy()
     scrape_metrics: bool = True
+    client: Literal["fast", "aiohttp"] = "fast"
+    """HTTP client: ``fast`` (the bench's own, plain http only; https targets fall back to aiohttp)
+    or ``aiohttp``."""
     label: str | None = None
     started_at: float = 0.0
     """Unix time the run started (records' times are seconds from it, resumes included)."""

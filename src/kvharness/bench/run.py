@@ -26,6 +26,7 @@ import msgspec
 
 from kvharness.bench import scrape
 from kvharness.bench.config import BenchConfig
+from kvharness.bench.fasthttp import FastTransport
 from kvharness.bench.progress import live_progress
 from kvharness.bench.runner import Counts, Runner, finished_turns
 from kvharness.bench.transport import HttpTransport
@@ -50,6 +51,9 @@ class BenchResult:
     attempts_failed: int
     errors: dict[str, int]
     sessions_abandoned: int
+    client_cpu_s: float = 0.0
+    """CPU seconds this process spent while the last pass ran (all threads)."""
+    attempts_last_pass: int = 0
     records: list[TurnRecord] = field(default_factory=list)
     summary: Any = None
     """The report's Summary when :mod:`kvharness.report.metrics` is available."""
@@ -155,7 +159,9 @@ async def _run(
 
     gaps: array[float] = array("d")
     before = await scrape.scrape_all(cfg.targets) if cfg.scrape_metrics else {}
-    transport = HttpTransport(
+    use_fast = cfg.client == "fast" and all(t.startswith("http://") for t in cfg.targets)
+    kind: type[HttpTransport] | type[FastTransport] = FastTransport if use_fast else HttpTransport
+    transport = kind(
         clock, timeout=cfg.retry.timeout, connect_timeout=cfg.retry.connect_timeout, gaps=gaps
     )
     try:
@@ -164,13 +170,16 @@ async def _run(
                 workload, cfg, transport, writer, clock,
                 finished=finished_turns(previous), ideal=_rebuild_ideal(workload, previous),
             )  # fmt: skip
+            runner.prepare()
             gc.collect()
             gc.freeze()  # the workload and caches are long-lived: keep them out of GC passes
+            cpu0 = time.process_time()
             try:
                 async with live_progress(runner.counts, enabled=progress, label=cfg.mode):
                     await runner.run()
             finally:
                 gc.unfreeze()
+                runner.counts.cpu_s = time.process_time() - cpu0
     finally:
         await transport.close()
     after = await scrape.scrape_all(cfg.targets) if cfg.scrape_metrics else {}
@@ -231,6 +240,8 @@ def run_bench(
         attempts_failed=sum(errors.values()),
         errors=errors,
         sessions_abandoned=counts.sessions_abandoned,
+        client_cpu_s=counts.cpu_s,
+        attempts_last_pass=counts.turns_ok + counts.attempts_failed,
         records=records,
         server=server["delta"],
     )
@@ -256,6 +267,12 @@ def _write_bench_json(run_dir: Path, result: BenchResult, gaps: array[float]) ->
         "attempts_failed": result.attempts_failed,
         "errors": result.errors,
         "sessions_abandoned_last_pass": result.sessions_abandoned,
+        "client_cpu_s_last_pass": result.client_cpu_s,
+        "client_cpu_per_attempt_us": (
+            result.client_cpu_s / result.attempts_last_pass * 1e6
+            if result.attempts_last_pass
+            else None
+        ),
         "inter_chunk_gap_s": {
             "n": int(g.size),
             **(

@@ -40,6 +40,8 @@ class Counts:
     sessions_done: int = 0
     sessions_abandoned: int = 0
     errors: Counter[str] = field(default_factory=Counter)
+    cpu_s: float = 0.0
+    """Process CPU seconds over the run (set when it ends)."""
 
 
 def resolve_arrival(cfg: BenchConfig, workload: Workload) -> Arrival:
@@ -224,6 +226,17 @@ class Runner:
                 await self.run_turn(s, i, self.clock(), self._next_target())
 
         await asyncio.gather(*(worker() for _ in range(max(1, min(width, len(items))))))
+
+    def prepare(self) -> None:
+        """Materialise the prompts of every turn still to run (done before the clock matters)."""
+        self.builder.prepare(
+            t.input
+            for s in self.workload.sessions
+            for i, t in enumerate(s.turns)
+            if t.messages is None and (s.id, i) not in self.finished
+        )
+        for s in self.workload.sessions:
+            self._history_of(s)
 
     async def run(self) -> None:
         if self.cfg.mode == "isolated":

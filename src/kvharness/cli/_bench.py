@@ -168,6 +168,13 @@ def register(subparsers: Any) -> None:
         metavar="S",
         help="seconds to open a connection (default 10)",
     )
+    p.add_argument(
+        "--http-client",
+        choices=("fast", "aiohttp"),
+        default="fast",
+        help="fast: the bench's own lean HTTP/1.1 client (plain http; https falls back "
+        "to aiohttp); aiohttp: aiohttp for every target (default fast)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of shuffles and Poisson arrivals")
     p.add_argument("--label", default=None, help="name of the run in reports")
     p.add_argument(
@@ -229,6 +236,7 @@ def _config(args: argparse.Namespace) -> Any:
             connect_timeout=args.connect_timeout,
         ),
         scrape_metrics=not args.no_metrics,
+        client=args.http_client,
         label=args.label,
     )
 

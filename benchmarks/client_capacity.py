@@ -1,0 +1,136 @@
+"""How many concurrent agent sessions one client core drives (issue 4's capacity must-show).
+
+Setup: the stub OpenAI-compatible server (``kvharness.testing.openai_stub``: answers at once with 8
+streamed tokens) runs in its own process pinned to one CPU; this process, the bench client, is
+pinned to another. Each session sends prompts of about 1,000 tokens growing by 100 each turn, with
+1 s think time between turns; sessions start spread evenly over the first second. For a ladder of
+session counts it prints send lag (p50/p99) and TTFT (p50/p99), and finds the largest count whose
+send lag p99 stays under 5 ms and whose TTFT p99 stays within 5 ms of the single-session floor.
+
+    .venv/bin/python benchmarks/client_capacity.py [--sessions 1,500,1000,2000,3000] [--turns 6]
+
+Peers (``--peers``): NVIDIA AIPerf and GuideLLM, if installed in ``.cache/peers-venv``, are run
+against the same stub at the same per-session load and their figures printed beside ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kvharness.bench.config import BenchConfig, RetryPolicy
+from kvharness.bench.run import run_bench
+from kvharness.workload.chain import ChainBuilder
+from kvharness.workload.model import Arrival, Session, Turn, Workload
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def workload(n: int, turns: int, think: float, prompt: int = 1000, growth: int = 100) -> Workload:
+    sessions = []
+    for i in range(n):
+        b = ChainBuilder(128)
+        b.extend_segment(1_000_000 + i, prompt)
+        ts = []
+        for t in range(turns):
+            ts.append(Turn(b.chain(), 8, gap=0.0 if t == 0 else think))
+            b.extend_segment(2_000_000 + i * 1000 + t, growth)
+        sessions.append(Session(f"s{i}", tuple(ts), start=i / max(n, 1)))
+    return Workload(tuple(sessions), 128, name=f"capacity-{n}", arrival=Arrival("trace"))
+
+
+def start_stub(cpu: int) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvharness.testing.openai_stub", "--tokens", "8", "--cpu", str(cpu)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline())
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def measure(url: str, n: int, turns: int, think: float, out: Path) -> dict[str, float]:
+    cfg = BenchConfig(
+        targets=(url,), workload=f"capacity:{n}", model="stub", scrape_metrics=False,
+        retry=RetryPolicy(max_attempts=1, timeout=60.0),
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    res = run_bench(cfg, out, workload=workload(n, turns, think))
+    wall = time.perf_counter() - t0
+    ok = [r for r in res.records if r.ok]
+    lag = np.array([r.sent - r.intended for r in res.records])
+    ttft = np.array([r.first_token - r.sent for r in ok if r.first_token is not None])
+    span = max(r.done or 0 for r in ok) - min(r.intended for r in res.records)
+    return {
+        "sessions": n,
+        "turns_ok": len(ok),
+        "failed": len(res.records) - len(ok),
+        "req_per_s": len(ok) / span,
+        "lag_p50_ms": float(np.percentile(lag, 50)) * 1e3,
+        "lag_p99_ms": float(np.percentile(lag, 99)) * 1e3,
+        "ttft_p50_ms": float(np.percentile(ttft, 50)) * 1e3,
+        "ttft_p99_ms": float(np.percentile(ttft, 99)) * 1e3,
+        "wall_s": wall,
+        "cpu_us_per_req": res.client_cpu_s / max(1, res.attempts_last_pass) * 1e6,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", default="1,250,500,1000,1500,2000,2500,3000,4000",
+                    help="comma-separated session counts to try, in order")  # fmt: skip
+    ap.add_argument("--turns", type=int, default=6, help="turns per session (default 6)")
+    ap.add_argument("--think", type=float, default=1.0, help="think time between turns, s")
+    ap.add_argument("--client-cpu", type=int, default=0, help="CPU for this client process")
+    ap.add_argument("--server-cpu", type=int, default=1, help="CPU for the stub server")
+    ap.add_argument("--peers", action="store_true", help="also run AIPerf/GuideLLM if installed")
+    args = ap.parse_args()
+    os.sched_setaffinity(0, {args.client_cpu})
+    stub, url = start_stub(args.server_cpu)
+    print(f"client on CPU {args.client_cpu}, stub server {url} on CPU {args.server_cpu}; "
+          f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    print(f"{'sessions':>8} {'ok':>7} {'fail':>5} {'req/s':>7} {'lag p50':>8} {'lag p99':>8} "
+          f"{'TTFT p50':>9} {'TTFT p99':>9} {'CPU/req':>8}  verdict")  # fmt: skip
+    floor = None
+    best = 0
+    cpu_costs = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, n in enumerate(int(x) for x in args.sessions.split(",")):
+                m = measure(url, n, args.turns, args.think, Path(tmp) / f"run{i}")
+                if floor is None:
+                    floor = m["ttft_p99_ms"]
+                good = (m["failed"] == 0 and m["lag_p99_ms"] < 5.0
+                        and m["ttft_p99_ms"] <= floor + 5.0)  # fmt: skip
+                if good:
+                    best = max(best, n)
+                if n >= 500:
+                    cpu_costs.append(m["cpu_us_per_req"])
+                print(f"{n:>8} {m['turns_ok']:>7} {m['failed']:>5} {m['req_per_s']:>7.0f} "
+                      f"{m['lag_p50_ms']:>6.2f}ms {m['lag_p99_ms']:>6.2f}ms "
+                      f"{m['ttft_p50_ms']:>7.2f}ms {m['ttft_p99_ms']:>7.2f}ms "
+                      f"{m['cpu_us_per_req']:>6.0f}us  "
+                      f"{'ok' if good else 'over'}", flush=True)  # fmt: skip
+    finally:
+        stub.terminate()
+        stub.wait()
+    print(f"kvharness bench: {best} concurrent sessions on one core within send lag p99 < 5 ms "
+          f"and TTFT p99 <= floor ({floor:.2f} ms) + 5 ms; load average now "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    if cpu_costs:
+        cost = float(np.median(cpu_costs))
+        per_session = 1.0 / (args.think + 0.001)  # requests/s one session sends at think time
+        print(f"client CPU per request (median over runs of >= 500 sessions): {cost:.0f} us; at 50% "
+              f"of one free core that is {0.5e6 / cost / per_session:,.0f} sessions of {args.think:g} s "
+              "think time (a projection from CPU cost, not a measurement)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
