@@ -209,3 +209,27 @@ def test_without_bwrap_grading_refuses_unless_unsafe(
         Grader(task, python_env=python_env_paths(env_venv)).grade(repo)
     unsafe = Grader(task, python_env=python_env_paths(env_venv), unsafe=True)
     assert unsafe.grade(repo).score == 1.0
+
+
+def test_planted_symlinks_do_not_make_grading_or_the_fix_write_outside(
+    make_mini_task: Callable[[], Task], grader_for: GraderFor, tmp_path: Path
+) -> None:
+    """As root on the host, grading and the oracle's fix write into the agent's tree: symlinks the
+    agent planted there must not redirect those writes to host files."""
+    task = make_mini_task()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.py").write_text("keep me\n")
+    repo = task.checkout(tmp_path / "episode")
+    (repo / "tests").rename(tmp_path / "visible-tests")
+    (repo / "tests").symlink_to(outside)  # hidden tests would be written through this
+    ops = repo / "mini" / "ops.py"
+    ops.unlink()
+    ops.symlink_to(outside / "precious.py")  # the fix would be written through this
+    task.apply_fix(repo)
+    assert (outside / "precious.py").read_text() == "keep me\n"
+    assert not ops.is_symlink() and "a + b" in ops.read_text()
+    result = grader_for(task).grade(repo)
+    assert sorted(p.name for p in outside.iterdir()) == ["precious.py"]
+    assert result.tampered == ("tests/test_visible.py",) and result.score == 0.0
+    assert result.passed_fail_to_pass == 2  # the hidden tests did run, in the copy

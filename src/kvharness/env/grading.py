@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvharness.env.sandbox import REPO_MOUNT, CommandResult, Limits, Sandbox, python_env_paths
-from kvharness.env.task import Task
+from kvharness.env.task import Task, safe_destination
 
 __all__ = [
     "GradeResult",
@@ -328,20 +328,11 @@ class Grader:
         )
         snapshot = _files(task.repo_dir)
         for rel in tampered:  # put protected files back as they were (even though score is 0)
-            dest = copy / rel
-            if dest.is_symlink() or dest.is_file():
-                dest.unlink()
+            dest = safe_destination(copy, rel)
             if rel in snapshot:
-                dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(snapshot[rel], dest)
         for rel, src in _files(task.hidden_dir).items():
-            dest = copy / rel
-            if dest.is_symlink() or dest.is_file():
-                dest.unlink()
-            elif dest.is_dir():
-                shutil.rmtree(dest)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest)
+            shutil.copyfile(src, safe_destination(copy, rel))
         return copy, tampered
 
     def _result(self, run: TestRun, tampered: list[str], start: float) -> GradeResult:

@@ -36,6 +36,7 @@ __all__ = [
     "list_suite",
     "load_suite",
     "load_task",
+    "safe_destination",
     "save_task",
     "write_suite_index",
 ]
@@ -118,7 +119,7 @@ class Task:
     def apply_fix(self, repo: Path) -> None:
         """Write the known fix (the original mutated file) into ``repo``; the oracle's action."""
         src = self.fix_dir / self.mutation.file
-        shutil.copyfile(src, repo / self.mutation.file)
+        shutil.copyfile(src, safe_destination(repo, self.mutation.file))
 
     def to_json(self) -> dict[str, Any]:
         """The ``task.json`` document."""
@@ -128,6 +129,27 @@ class Task:
         for key in ("fail_to_pass", "pass_to_pass", "hidden_files", "python_path", "test_command"):
             doc[key] = list(doc[key])
         return doc
+
+
+def safe_destination(root: Path, rel: str) -> Path:
+    """``root / rel`` made safe to write as root on the host: every symlink on the way (which an
+    agent may have planted, pointing outside its repository) is replaced by a real folder, and
+    whatever is at the final path is removed. Creates the parent folders."""
+    parts = Path(rel).parts
+    if Path(rel).is_absolute() or ".." in parts:
+        raise ValueError(f"{rel!r} is not a relative path inside the repository")
+    here = root
+    for part in parts[:-1]:
+        here = here / part
+        if here.is_symlink() or (here.exists() and not here.is_dir()):
+            here.unlink()
+        here.mkdir(exist_ok=True)
+    dest = root / rel
+    if dest.is_symlink() or dest.is_file():
+        dest.unlink()
+    elif dest.is_dir():
+        shutil.rmtree(dest)
+    return dest
 
 
 def _tuple_of_str(doc: dict[str, Any], key: str, path: str) -> tuple[str, ...]:
