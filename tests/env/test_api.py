@@ -11,6 +11,7 @@ import pytest
 
 from kvharness.env.actions import Bash, EditFile, ReadFile, Search, Submit
 from kvharness.env.api import AsyncCodingEnv, CodingEnv, EnvConfig
+from kvharness.env.harness.agents import Agent, CheatAgent, NoopAgent, OracleAgent
 from kvharness.env.harness.demo import DEMO_ORIGINAL, make_demo_task
 from kvharness.env.reward import RewardRule
 from kvharness.env.sandbox import Limits
@@ -245,3 +246,31 @@ def test_special_and_huge_files(task: Task) -> None:
     obs, *_ = env.step(ReadFile("big.txt"))
     assert obs.startswith("x" * 1000) and "more characters not shown" in obs and len(obs) < 1100
     env.close()
+
+
+def _play(env: CodingEnv, agent: Agent) -> list[float]:
+    """Play a scripted agent's actions to the end of the episode; the scores of its submits."""
+    env.reset()
+    scores = []
+    while not agent.finished:
+        for action in agent.decide({"role": "assistant", "content": ""}):
+            result = env.step(action)
+            if "score" in result.info:
+                scores.append(result.info["score"])
+            if result.terminated or result.truncated:
+                return scores
+    return scores
+
+
+def test_scripted_agents_on_real_tasks(smoke_suite: list[Task]) -> None:
+    """On real tasks (a pinned sdist, an AST mutation, hidden tests): the oracle's wrong attempt
+    scores 0 and its fix 1.0; submitting at once scores 0; attacking the tests scores 0."""
+    assert smoke_suite
+    for task in smoke_suite:
+        env = CodingEnv(task, config())
+        assert _play(env, OracleAgent(task)) == [0.0, 1.0], task.id
+        assert env.episode_reward() == 1.0
+        assert _play(env, NoopAgent(task)) == [0.0], task.id
+        assert _play(env, CheatAgent(task)) == [0.0], task.id
+        assert env.episode_reward() == 0.0
+        env.close()

@@ -123,12 +123,14 @@ async def test_recorded_workload_chains_extend_turn_to_turn(
 
 def test_cli_env_run_writes_rollouts_and_a_workload_the_tools_accept(
     vllm_replicas: Sequence[VllmReplica],
-    suite: tuple[Path, list[Task]],
+    smoke_suite: list[Task],
     tmp_path: Path,
-    tiny_model_dir: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    root, tasks = suite
+    """Real tasks (a pinned sdist with injected bugs, hidden tests) through the CLI."""
+    tasks = smoke_suite
+    root = tasks[0].root.parent
+    assert len(tasks) == 3
     out = tmp_path / "run"
     replica = vllm_replicas[0]
     code = main(

@@ -79,9 +79,10 @@ def _register_run(sub: Any) -> None:
         "--agent",
         default="model",
         choices=sorted(AGENTS),
-        help="who acts: the model's tool calls (model), or a script that still calls the model "
-        "every turn: oracle (known fix after a wrong attempt), noop (submits at once), cheat "
-        "(attacks the test files) (default: model)",
+        help="who acts: the model's tool calls (model; the server must parse tool calls, e.g. "
+        "vLLM with --enable-auto-tool-choice --tool-call-parser NAME), or a script that still "
+        "calls the model every turn with the whole history: oracle (known fix after a wrong "
+        "attempt), noop (submits at once), cheat (attacks the test files) (default: model)",
     )
     p.add_argument("--only", default=None, help="comma-separated task ids to run (default: all)")
     p.add_argument("--limit", type=int, default=None, help="run only the first N tasks")
