@@ -75,7 +75,7 @@ def encode_batch(events: list[Any], ts: float | None = None) -> bytes:
 
 class Publisher:
     """A PUB socket (bound or connecting, as vLLM does) plus an optional replay ROUTER that
-    answers like vLLM's: ``[id, b"", start]`` -> ``[id, b"", seq, payload]``... then END."""
+    answers like vLLM 0.32's (see ``_serve_replay``)."""
 
     def __init__(self, endpoint: str, *, bind: bool, replay: str | None = None, topic: str = "kv"):
         self.ctx = zmq.Context()
@@ -118,10 +118,13 @@ class Publisher:
                 continue
             ident, _, start = self.router.recv_multipart()
             first = int.from_bytes(start, "big")
+            # vLLM 0.32's replies: [id, b"", topic, seq, payload]..., then [id, b"", b"", -1, b""].
             for seq, payload in list(self.buffer):
                 if seq >= first:
-                    self.router.send_multipart([ident, b"", seq.to_bytes(8, "big"), payload])
-            self.router.send_multipart([ident, b"", (-1).to_bytes(8, "big", signed=True), b""])
+                    self.router.send_multipart(
+                        [ident, b"", self.topic, seq.to_bytes(8, "big"), payload]
+                    )
+            self.router.send_multipart([ident, b"", b"", (-1).to_bytes(8, "big", signed=True), b""])
 
     def close(self) -> None:
         self._stop.set()

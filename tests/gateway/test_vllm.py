@@ -198,13 +198,18 @@ async def test_dropped_kv_events_and_the_index_recovers(
             assert sub.stats.replays >= 1 and sub.stats.stale_marks == 0
             assert gw.index.match(hb)[0] == len(hb) and gw.index.match(ha)[0] == len(ha)
         else:
-            # Marked stale (entries dropped, never trusted), then rebuilt by new events.
+            # Marked stale (entries dropped, never trusted), then rebuilt: vLLM does not
+            # re-announce blocks it holds, so while recovering the router's own decisions feed
+            # the index too, and new stores are named by events.
             assert sub.stats.stale_marks >= 1 and gw.index.match(ha)[0] == 0
+            assert sub.translator.recovering
             await c.chat.completions.create(model=rep.model, messages=a, max_tokens=2)
-            # vLLM re-announces nothing for a full hit; a grown prompt stores its new blocks and
-            # the index names them under the gateway's hashes again.
+            assert gw.index.match(ha)[0] == len(ha)
+            before = sub.stats.translated_blocks
             grown = [*a, {"role": "assistant", "content": "ok"}, *long_messages(14)[1:]]
             await c.chat.completions.create(model=rep.model, messages=grown, max_tokens=2)
             hg = gw.hasher.chat(grown, None).block_hashes
-            await until(lambda: gw.index.match(hg)[0] >= len(hg) - len(ha))
+            await until(lambda: sub.stats.translated_blocks >= before + len(hg) - len(ha))
+            assert gw.index.match(hg)[0] == len(hg)
+            assert sub.stats.untranslated_blocks == 0
     assert gw.hasher.stats.mismatches == 0

@@ -10,7 +10,8 @@ hashes are ints, or 32-byte sha256 digests (``bytes``) in recent versions; bytes
 ints losslessly (big-endian), so they can be carried by :mod:`kvharness.engine.events`.
 
 The replay socket (vLLM's ``replay_endpoint``, a ROUTER) answers a request ``[b"", start_seq]``
-with ``[b"", seq, payload]`` for every buffered batch from ``start_seq`` on, then ``[b"", -1, b""]``.
+with ``[b"", topic, seq, payload]`` for every buffered batch from ``start_seq`` on, then
+``[b"", b"", -1, b""]`` (vLLM 0.32; earlier versions sent no topic frame; both are accepted).
 
 Hash translation: engines name blocks with their own hash (algorithm, seed and version dependent).
 The gateway names blocks with its own chained hash over token ids (:func:`kvharness.gateway.hashing.
@@ -484,16 +485,17 @@ class KVEventSubscriber:
                 if not await dealer.poll(int(self.replay_timeout_s * 1000)):
                     return False
                 frames = await dealer.recv_multipart()
-                if len(frames) != 3 or len(frames[1]) != 8:
+                # [b"", (topic,) seq, payload]: vLLM 0.32 sends the topic, earlier ones did not.
+                if len(frames) not in (3, 4) or frames[0] or len(frames[-2]) != 8:
                     return False
-                seq = int.from_bytes(frames[1], "big", signed=True)
+                seq = int.from_bytes(frames[-2], "big", signed=True)
                 if seq == END_SEQ:
                     return expected >= stop
                 if seq < expected or seq >= stop:
                     continue
                 if seq > expected:
                     return False  # the replay buffer no longer holds what was lost
-                self._apply_payload(seq, frames[2], time.time())
+                self._apply_payload(seq, frames[-1], time.time())
                 expected += 1
         finally:
             dealer.close(linger=0)

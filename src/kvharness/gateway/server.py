@@ -370,10 +370,15 @@ class Gateway:
                 bs = self.states[i].block_size
                 m.matched_ratio.observe(min(1.0, outcome.matched_blocks * bs / hashed.num_tokens))
             sub = self.subscribers[i]
-            if sub is not None and sub.translator.recovering and hashed.token_ids:
-                sub.translator.learn_route(
-                    hashed.block_hashes, hashed.token_ids, self.states[i].block_size
-                )
+            if sub is not None and sub.translator.recovering:
+                # Events were lost: until they flow cleanly again, the router's own decisions
+                # also feed the index (the engine does not re-announce blocks it already holds),
+                # and name stores whose parents were lost.
+                self.index.record_routed(i, hashed.block_hashes)
+                if hashed.token_ids:
+                    sub.translator.learn_route(
+                        hashed.block_hashes, hashed.token_ids, self.states[i].block_size
+                    )
             flight = self.router.dispatched(route_req, outcome, time.monotonic())
             m.route_seconds.observe(time.perf_counter() - t0)
             try:
