@@ -52,10 +52,11 @@ def measure(wl: Workload, replicas: int, load: float, policy: str) -> str:
         s[0] = min(s[0], r.intended)
         s[1] = max(s[1], r.done or r.intended)
     span = sum(b - a for a, b in spans.values())
+    blocks = sum(r.pool.allocated for r in sim.replicas) / max(1, len(res.records))
     return (
         f"{replicas:>4} {len(res.records):>7} {res.end_time:>9.0f} {wall:>7.1f} {cpu:>7.1f} "
         f"{res.end_time / wall:>8.0f}x {res.end_time / cpu:>8.0f}x {len(res.records) / cpu:>8.0f} "
-        f"{res.engine_steps:>10} {res.events:>8} {span / lb if lb else 0:>7.2f}"
+        f"{res.engine_steps:>10} {res.events:>8} {blocks:>8.0f} {span / lb if lb else 0:>7.2f}"
     )
 
 
@@ -71,19 +72,20 @@ def main() -> None:
         default=None,
         help="arrival multiplier for the trace (default: replicas / 4)",
     )
-    ap.add_argument("--policy", default="round_robin", help="routing policy")
+    ap.add_argument("--policy", default="round_robin", help="routing policies, comma-separated")
     args = ap.parse_args()
     sizes = [int(x) for x in args.replicas.split(",")]
-    head = f"{'repl':>4} {'turns':>7} {'sim s':>9} {'wall s':>7} {'cpu s':>7} {'sim/wall':>9} {'sim/cpu':>9} {'turns/cpu-s':>8} {'steps':>10} {'events':>8} {'span/LB':>7}"
+    head = f"{'repl':>4} {'turns':>7} {'sim s':>9} {'wall s':>7} {'cpu s':>7} {'sim/wall':>9} {'sim/cpu':>9} {'turns/cpu-s':>8} {'steps':>10} {'events':>8} {'blk/turn':>8} {'span/LB':>7}"
     for which in args.which.split(","):
-        print(f"\n{which} ({args.policy})")
-        print(head)
         trace = load_workload(str(TRACE)) if which == "trace" else None
-        for n in sizes:
-            if trace is not None:
-                print(measure(trace, n, args.trace_load or n / 4, args.policy), flush=True)
-            else:
-                print(measure(synthetic(n), n, 1.0, args.policy), flush=True)
+        for policy in args.policy.split(","):
+            print(f"\n{which} ({policy})")
+            print(head)
+            for n in sizes:
+                if trace is not None:
+                    print(measure(trace, n, args.trace_load or n / 4, policy), flush=True)
+                else:
+                    print(measure(synthetic(n), n, 1.0, policy), flush=True)
 
 
 if __name__ == "__main__":

@@ -179,3 +179,13 @@ def test_no_leak_no_double_free_and_events_replay(
     for blocks in holders:
         pool.free(blocks)
     assert pool.num_free == n
+
+
+def test_repeated_hash_in_one_chain_is_cached_once() -> None:
+    pool = BlockPool(4, 4, events=True)
+    a = pool.allocate(3)
+    pool.cache(a, [5, 6, 5], None)
+    assert pool.cached_hashes() == {5, 6} and pool.block_hash(a[2]) is None
+    pool.free(a)
+    pool.allocate(4)  # evicts everything; the books must balance
+    assert pool.cached_hashes() == set()

@@ -1,1 +1,54 @@
-"""engine."""
+"""engine: one serving replica as a pure model (no clock, no I/O; ``now`` is an argument).
+
+Modules:
+
+* :mod:`~kvharness.engine.block_pool` — paged KV blocks, prefix cache (hash -> block), ref counts,
+  LRU free queue, KV events (vLLM v1's ``block_pool``).
+* :mod:`~kvharness.engine.scheduler` — token budget, chunked prefill, decodes first, FIFO waiting
+  queue, preemption by recompute (vLLM v1's scheduler).
+* :mod:`~kvharness.engine.eviction` — LRU, session TTL pinning (Continuum), a CPU offload tier.
+* :mod:`~kvharness.engine.cost` — roofline step time; hardware and model presets.
+* :mod:`~kvharness.engine.calibrate` — least-squares fit of the cost model's efficiencies.
+* :mod:`~kvharness.engine.replica` — pool + scheduler + cost model, stepped by a driver, with
+  closed-form decode runs.
+* :mod:`~kvharness.engine.events` — the KV event types (shared with the gateway).
+"""
+
+from kvharness.engine.block_pool import BlockPool, NoFreeBlocks
+from kvharness.engine.cost import (
+    HARDWARE,
+    MODELS,
+    CostModel,
+    Deployment,
+    Efficiency,
+    Hardware,
+    ModelSpec,
+    StepBatch,
+)
+from kvharness.engine.eviction import LRU, CpuTier, EvictionPolicy, SessionTTL, ToolTTL
+from kvharness.engine.replica import Replica
+from kvharness.engine.request import Request
+from kvharness.engine.scheduler import Plan, Scheduler, SchedulerConfig
+
+__all__ = [
+    "HARDWARE",
+    "LRU",
+    "MODELS",
+    "BlockPool",
+    "CostModel",
+    "CpuTier",
+    "Deployment",
+    "Efficiency",
+    "EvictionPolicy",
+    "Hardware",
+    "ModelSpec",
+    "NoFreeBlocks",
+    "Plan",
+    "Replica",
+    "Request",
+    "Scheduler",
+    "SchedulerConfig",
+    "SessionTTL",
+    "StepBatch",
+    "ToolTTL",
+]
