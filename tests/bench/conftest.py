@@ -92,10 +92,17 @@ def agent_workload_factory() -> Callable[..., Workload]:
     return _agent_workload
 
 
-@pytest.fixture(name="bench_config")
-def bench_config_factory() -> Callable[..., BenchConfig]:
-    """Factory: ``bench_config(targets, workload_path, **BenchConfig/RetryPolicy fields)``."""
-    return _bench_config
+@pytest.fixture(name="bench_config", params=["fast", "aiohttp"])
+def bench_config_factory(request: pytest.FixtureRequest) -> Callable[..., BenchConfig]:
+    """Factory: ``bench_config(targets, workload_path, **BenchConfig/RetryPolicy fields)``; tests
+    using it run once per HTTP client (the bench's own and aiohttp)."""
+    client = request.param
+
+    def make(targets: Sequence[str], workload: Path, **kw: Any) -> BenchConfig:
+        kw.setdefault("client", client)
+        return _bench_config(targets, workload, **kw)
+
+    return make
 
 
 @pytest.fixture(name="first_ids")
