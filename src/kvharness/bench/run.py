@@ -213,6 +213,9 @@ def run_bench(
     """
     run_dir = Path(run_dir)
     if resume:
+        cfg = msgspec.structs.replace(load_config(run_dir), targets=cfg.targets)
+    workload = workload or load_bench_workload(cfg)
+    if resume:
         previous = read_records(run_dir / RECORDS) if (run_dir / RECORDS).exists() else []
     else:
         if (run_dir / RECORDS).exists():
@@ -223,7 +226,6 @@ def run_bench(
             cfg = msgspec.structs.replace(cfg, model=discover_model(cfg.targets[0]))
         cfg = msgspec.structs.replace(cfg, started_at=time.time())
         _save_config(run_dir, cfg)
-    workload = workload or load_bench_workload(cfg)
     counts, server, gaps = asyncio.run(_run(cfg, workload, run_dir, previous, progress))
     _append_json(run_dir / "metrics.json", server)
     records = read_records(run_dir / RECORDS)
