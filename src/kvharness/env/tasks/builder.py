@@ -319,7 +319,7 @@ def _build_package(
     ids: list[str] = []
     for target in pkg.targets:
         rng = random.Random(f"{spec.seed}:{pkg.name}:{target.module}")
-        collected = runner.collect(target.tests)
+        collected = [t for t in runner.collect(target.tests) if not t.startswith(pkg.exclude)]
         base = runner.run(collected, timeout_s=300)
         baseline = [t for t in collected if base.passed(t)]
         timeout_s = max(20.0, 3.0 * base.command.duration_s)
