@@ -8,7 +8,8 @@ of the repository, writable, at :data:`REPO_MOUNT`; a private ``/tmp``; nothing 
 
 Limits, per command: CPU seconds, address space, file size (``prlimit``) and a process count
 (RLIMIT_NPROC), plus a wall-clock timeout that SIGKILLs ``bwrap``; ``--die-with-parent`` and the PID
-namespace then take every process of the command with it.
+namespace then take every process of the command with it. For the same reason nothing a command
+starts in the background outlives it: when the command exits, its PID namespace ends.
 
 RLIMIT_NPROC does not bind root, and ``bwrap --unshare-user`` run by root maps the sandbox user to
 host uid 0, so as root the command instead drops, inside the sandbox, to a host uid of its own
