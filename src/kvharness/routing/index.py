@@ -177,6 +177,9 @@ class PrefixIndex:
             holders = where.get(h, _EMPTY)
             if device_only:
                 nxt = {r for r in alive if r in holders and held[r][h] & _GPU}
+            elif alive <= holders:  # the common case: nobody drops out, no new set
+                depth += 1
+                continue
             else:
                 nxt = alive & holders
             if len(nxt) != len(alive):

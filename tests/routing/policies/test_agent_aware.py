@@ -37,14 +37,15 @@ def test_session_stays_home_until_queueing_exceeds_reprefill(cluster: Cluster, r
     p = AgentAware()
     reps = cluster(2)
     t0 = req(list(range(60)), session="s", rid="t0")  # 960 tokens
-    assert p.choose(t0, reps, [0, 0], 0.0) == (0, "place")
+    assert p.choose(t0, reps, [0, 0], 0.0) == (0, "place")  # a tie: the first
     p.on_routed(t0, 0, 0.0)
     p.on_finished(t0, 0, 1.0)
     t1 = req(list(range(62)), session="s", rid="t1")  # 992 tokens, 60 blocks cached at home
-    # Home has 5,000 tokens queued: 0.503 s; elsewhere 0.099 s. 0.503 < 0.099 + 0.5 -> stay.
+    # Nothing else resident: cost = ttft. Home has 5,000 tokens queued: 0.5032 s; elsewhere the
+    # whole prompt, 0.0992 s. 0.5032 < 0.0992 + 0.5 -> stay.
     reps[0].pending_prefill_tokens = 5000
     assert p.choose(t1, reps, [60, 0], 2.0) == (0, "affinity")
-    # 20,000 queued: 2.003 s > 0.599 and > 2 x 0.099 -> move, and the session is re-homed.
+    # 20,000 queued: 2.0032 s > 0.5992 and > 1.5 x 0.0992 -> move, and the session is re-homed.
     reps[0].pending_prefill_tokens = 20_000
     assert p.choose(t1, reps, [60, 0], 2.0) == (1, "spill")
     p.on_routed(t1, 1, 2.0)
@@ -52,38 +53,69 @@ def test_session_stays_home_until_queueing_exceeds_reprefill(cluster: Cluster, r
     assert (p.homed_sessions(0), p.homed_sessions(1)) == (0, 1)
 
 
-def test_new_sessions_follow_shared_prefix_within_the_load_bound(
+def test_session_moves_off_a_replica_whose_resident_context_slows_its_decode(
     cluster: Cluster, req: Req
 ) -> None:
     p = AgentAware()
-    reps = cluster(4)
-    repo = list(range(1000, 1064))  # a 64-block shared repository prefix, cached on r2
-    placed = []
-    for k in range(4):
-        q = req([*repo, k], session=f"s{k}", rid=f"q{k}")
-        d = p.choose(q, reps, [0, 0, 64, 0], float(k))
-        p.on_routed(q, d.replica, float(k))
-        placed.append(d.replica)
-    # s0 goes to the cached copy; s1 would too, but r2 already holds ceil(1.25 x 2 / 4) = 1
-    # session, so the bound sends it elsewhere; the bound grows as sessions arrive.
-    assert placed[0] == 2
-    assert placed[1] != 2
-    assert max(p.homed_sessions(i) for i in range(4)) <= 2
-    assert sum(p.homed_sessions(i) for i in range(4)) == 4
+    reps = cluster(2, capacity_blocks=100_000)
+    t0 = req(list(range(100)), session="s", rid="t0", out=20_000)  # a long-decoding session
+    p.on_routed(t0, 0, 0.0)
+    p.on_finished(t0, 0, 1.0)
+    t1 = req(list(range(102)), session="s", rid="t1")
+    assert p.choose(t1, reps, [100, 0], 2.0) == (0, "affinity")
+    # 50,000 blocks of other requests' KV running on r0: each of the session's >= 20,000 decode
+    # steps reads them: 1.5e-4 x 20,000 x 800,000 tokens / 10,000 = 240 s, far above the 0.16 s
+    # re-prefill on r1.
+    reps[0].used_blocks = 50_000
+    assert p.choose(t1, reps, [100, 0], 2.0) == (1, "rebalance")
 
 
-def test_placement_avoids_replicas_whose_homed_contexts_fill_the_cache(
+def test_new_sessions_follow_shared_prefix_until_contention_outweighs_it(
     cluster: Cluster, req: Req
 ) -> None:
-    p = AgentAware(load_factor=10.0)
+    p = AgentAware()
+    reps = cluster(2, capacity_blocks=100_000)
+    repo = list(range(1000, 1064))  # a 64-block shared repository prefix, cached on r1
+    a = req([*repo, 1], session="a", rid="a")  # 1,040 tokens: 0.104 s cold, 0.0016 s on r1
+    assert p.choose(a, reps, [0, 64], 0.0) == (1, "place")
+    p.on_routed(a, 1, 0.0)
+    # r1 now runs 8,000 blocks of KV; a new session expects 64 decode steps (the mean so far):
+    # 1.5e-4 x 64 x 128,000 / 10,000 = 0.123 s > the 0.102 s the cached prefix saves.
+    reps[1].used_blocks = 8000
+    b = req([*repo, 2], session="b", rid="b")
+    assert p.choose(b, reps, [0, 64], 1.0) == (0, "place")
+
+
+def test_placement_avoids_replicas_whose_resident_context_fills_the_cache(
+    cluster: Cluster, req: Req
+) -> None:
+    p = AgentAware()
     reps = cluster(2, capacity_blocks=100)
-    big = req(list(range(85)), session="big", rid="b")
-    p.choose(big, reps, [0, 0], 0.0)
-    p.on_routed(big, 0, 0.0)  # 85 + 4 blocks of context (64 output tokens) homed on r0
-    q = req([7, 8], session="new", rid="n")
-    # r0 is otherwise faster (r1 has a queue), but 89 + 6 > 0.9 x 100.
-    reps[1].pending_prefill_tokens = 1000
+    reps[0].used_blocks = 88
+    reps[1].pending_prefill_tokens = 1000  # r0 is otherwise faster
+    q = req([7, 8], session="new", rid="n")  # 2 + 4 blocks with its output: 94 > 0.9 x 100
     assert p.choose(q, reps, [0, 0], 1.0) == (1, "place")
+
+
+def test_idle_sessions_count_at_their_home_weighted_by_return_chance(
+    cluster: Cluster, req: Req
+) -> None:
+    p = AgentAware(session_idle_s=10.0)
+    reps = cluster(2)
+    assert p.return_probability() == 0.5  # no evidence yet
+    a = req(list(range(20)), session="a", rid="a")  # 20 + 4 blocks of context
+    p.on_routed(a, 0, 0.0)
+    assert p.resident_blocks(0, reps[0]) == 24  # in flight: counted in full
+    p.on_finished(a, 0, 1.0)
+    assert p.resident_blocks(0, reps[0]) == 0.5 * 24  # between turns: weighted
+    assert p.resident_blocks(0, reps[0], exclude=24) == 0
+    p.choose(req([9]), reps, [0, 0], 11.0)  # quiet for 10 s: expired, counted as not returning
+    assert p.resident_blocks(0, reps[0]) == 0
+    assert p.return_probability() == 1 / 3
+    b = req(list(range(22)), session="a", rid="b")  # it does come back: its context is cached
+    assert p.choose(b, reps, [20, 0], 12.0) == (0, "affinity")
+    p.on_routed(b, 0, 12.0)
+    assert p.return_probability() == 2 / 4
 
 
 def test_homes_expire_after_the_idle_time(cluster: Cluster, req: Req) -> None:

@@ -1,44 +1,48 @@
 """``agent_aware``: kvharness's own policy for agent sessions.
 
 What an agent session looks like to a router: dozens of turns, each re-sending a long and growing
-context, separated by tool runs. Three facts follow, and the policy is built on them:
+context, separated by tool runs. The policy is built on four facts that follow:
 
 1. **The context is the cost.** A turn routed where its session's previous turn ran re-prefills
-   only the new tail; anywhere else it re-prefills the whole context. So a session has a *home*,
-   and it stays there unless waiting at home would cost more than re-prefilling elsewhere.
-2. **Instantaneous load lies.** Between turns a session holds no request (its tool is running),
-   but it will be back within seconds, and its context sits in its home's cache. Balancing by
-   in-flight requests alone packs many "idle" sessions on one replica; they then return together
-   and queue, or evict each other's contexts. So homes are balanced by the sessions they hold
-   (a bounded load, as in consistent hashing with bounded loads) and by the KV their contexts
-   need, counted until a session has been quiet for ``session_idle_s``.
-3. **Time, not counts.** Every choice compares an estimated time to first token::
+   only the new tail; anywhere else it re-prefills the whole context. So a session has a *home*
+   and moves only when staying costs more, all told, than re-prefilling elsewhere.
+2. **Idle is not gone.** Between turns a session holds no request (its tool is running), but its
+   context sits in its home's cache and it will be back. So a replica's load counts, besides the
+   KV of its running requests, the contexts of sessions homed there and between turns, weighted by
+   the observed chance that a session returns (learned online: sessions that came back vs
+   sessions quiet for ``session_idle_s``). A session whose home expired during a long pause gets
+   it back if its context is still cached there (``rehome_fraction`` of the prompt).
+3. **A turn's time is prefill wait plus decode contention.** Every choice compares, in seconds::
 
-       ttft(r) ~ (pending prefill tokens on r + tokens r must prefill for this request
-                  + decode_cost_tokens x running requests on r + KV shortfall on r) / prefill rate
+       cost(r) = ttft(r) + contention(r) + burden(r)
+       ttft(r)       = (prefill tokens queued on r + tokens r must prefill for this request
+                        + KV shortfall on r) / prefill rate of r
+       contention(r) = context_cost x expected decode steps x resident context tokens on r
+                        / prefill rate of r
+       burden(r)     = externality x requests running on r x tokens to prefill / prefill rate
 
-   with the request's cached prefix on ``r`` (from the prefix index) deciding the second term.
+   ``contention``: every decode step reads the KV of every sequence in the batch, so co-resident
+   context slows the session's own decode for as long as it runs; ``context_cost`` is a context
+   token's KV read per step in prefill-token equivalents (about kv_bytes x prefill rate / HBM
+   bandwidth). Expected decode steps: the mean output tokens per session so far, or what the
+   session has already had when more (long sessions last). ``burden``: a chunked-prefill engine
+   runs the prefill inside the running requests' steps, so they all wait for it.
+4. **Moving has hysteresis.** A session with a home ``h`` stays unless the best replica ``b``
+   costs less by more than ``move_slack_s`` and by a factor ``move_ratio``; ``b``'s cost
+   includes re-prefilling the context, ``h``'s does not count the session's own context.
 
-Rules, per request:
-
-* Session with a live home ``h``: stay at ``h`` unless the best other replica ``b`` is faster by
-  more than ``move_slack_s`` and by a factor ``move_ratio`` (hysteresis: moving costs the cached
-  context at ``h``). A move re-homes the session at ``b``.
-* New session (or one whose home expired or failed): among replicas whose homed sessions stay
-  within ``load_factor`` x the mean, and whose homed KV fits ``memory_target`` of capacity (when
-  any does), take the fastest by ``ttft``; shared prefixes (a repository, a system prompt) pull
-  sessions to where they are cached.
-* No session id: route by ``ttft`` alone (it is then a cache- and queue-aware least-time policy).
-
-Inputs: :attr:`ReplicaState.pending_prefill_tokens`, ``running``, ``used_blocks``,
-``capacity_blocks``, ``prefill_tokens_per_s`` (``default_prefill_tokens_per_s`` when 0) and the
-matched prefix per replica. Mutates only its own session table.
+A request without a session id goes to the least ``ttft``. A new session goes to the least
+``cost`` among replicas whose resident context plus its own fits ``memory_target`` of the KV (when
+any does). Inputs: :class:`ReplicaState` (``pending_prefill_tokens``, ``running``,
+``used_blocks``, ``capacity_blocks``, ``prefill_tokens_per_s``, ``default_prefill_tokens_per_s``
+when 0) and the matched prefix per replica. Mutates only its own session table.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,6 +58,8 @@ class _Home:
     blocks: int
     """KV blocks the session's context needs (last prompt plus its output), at the home."""
     last_seen: float
+    out: int = 0
+    """Output tokens of its turns so far (its decode steps)."""
     inflight: int = 0
 
 
@@ -65,28 +71,43 @@ class AgentAware(Policy):
 
     def __init__(
         self,
-        load_factor: float = 1.25,
+        context_cost: float = 1.5e-4,
         move_slack_s: float = 0.5,
-        move_ratio: float = 2.0,
-        session_idle_s: float = 120.0,
+        move_ratio: float = 1.5,
+        session_idle_s: float = 30.0,
         memory_target: float = 0.9,
         decode_cost_tokens: float = 0.0,
         default_prefill_tokens_per_s: float = 10_000.0,
+        rehome_fraction: float = 0.5,
+        max_former_sessions: int = 100_000,
+        externality: float = 0.3,
     ) -> None:
-        if load_factor < 1 or move_ratio < 1 or default_prefill_tokens_per_s <= 0:
-            raise ValueError("need load_factor >= 1, move_ratio >= 1, a positive default rate")
-        self.load_factor = load_factor
+        if context_cost < 0 or move_ratio < 1 or default_prefill_tokens_per_s <= 0:
+            raise ValueError("need context_cost >= 0, move_ratio >= 1, a positive default rate")
+        self.context_cost = context_cost
         self.move_slack_s = move_slack_s
         self.move_ratio = move_ratio
         self.session_idle_s = session_idle_s
         self.memory_target = memory_target
         self.decode_cost_tokens = decode_cost_tokens
         self.default_prefill_tokens_per_s = default_prefill_tokens_per_s
+        self.rehome_fraction = rehome_fraction
+        self.max_former_sessions = max_former_sessions
+        self.externality = externality
         self._homes: dict[str, _Home] = {}
         self._expiry: list[tuple[float, str]] = []  # (last_seen + idle, session), lazily checked
         self._sessions: dict[int, int] = {}  # replica -> live sessions homed there
-        self._blocks: dict[int, int] = {}  # replica -> KV blocks of those sessions' contexts
+        # replica -> KV blocks of the contexts of sessions homed there and between turns
+        self._idle: dict[int, int] = {}
+        # replica -> KV blocks of the contexts of sessions with a request in flight there
+        self._busy: dict[int, int] = {}
+        self._returns = 0  # turns of sessions seen before
+        self._expiries = 0  # sessions quiet for session_idle_s
         self._block_size = 16  # the engines' block size, as last seen in choose()
+        # session -> home it had when it expired (a pause longer than session_idle_s); bounded
+        self._former: OrderedDict[str, tuple[int, int]] = OrderedDict()  # -> (replica, output)
+        self._out_total = 0  # output tokens of all session turns routed
+        self._seen = 0  # distinct sessions routed
 
     # --- estimates -------------------------------------------------------------------------
 
@@ -99,6 +120,13 @@ class AgentAware(Policy):
         work = r.pending_prefill_tokens + new + self.decode_cost_tokens * r.running + short * bs
         rate = r.prefill_tokens_per_s or self.default_prefill_tokens_per_s
         return work / rate
+
+    def burden(self, request: RouteRequest, r: ReplicaState, matched: int) -> float:
+        """Seconds the prefill of ``request`` on ``r`` adds to the requests already running there
+        (a chunked-prefill engine runs it inside their decode steps), times ``externality``."""
+        new = max(0, request.prompt_tokens - matched * r.block_size)
+        rate = r.prefill_tokens_per_s or self.default_prefill_tokens_per_s
+        return self.externality * r.running * new / rate
 
     def homed_sessions(self, replica: int) -> int:
         return self._sessions.get(replica, 0)
@@ -120,19 +148,63 @@ class AgentAware(Policy):
         among = candidates(replicas)
         self._block_size = max(1, replicas[among[0]].block_size)
         t = {i: self.ttft(request, replicas[i], matched_blocks[i]) for i in among}
+        x = {i: self.burden(request, replicas[i], matched_blocks[i]) for i in among}
         fastest = min(among, key=lambda i: (t[i], replicas[i].outstanding, i))
         sid = request.session_id
         if sid is None:
             return Decision(fastest, "least_time")
         home = self._homes.get(sid)
-        if home is not None and home.replica in t:
-            h = home.replica
-            if fastest == h or not (
-                t[h] > t[fastest] + self.move_slack_s and t[h] > t[fastest] * self.move_ratio
+        former = self._former.get(sid)
+        h = home.replica if home is not None else former[0] if former is not None else None
+        if h is not None and home is None:
+            # The home expired during a long pause: keep it if the context is still cached there.
+            cached = matched_blocks[h] * replicas[h].block_size if h in t else 0
+            if cached < self.rehome_fraction * request.prompt_tokens:
+                h = None
+        if h in t:
+            own = home.blocks if home is not None and not home.inflight else 0
+            steps = max(self.expected_decode_steps(), home.out if home is not None else 0)
+            cost = {
+                i: t[i]
+                + x[i]
+                + self.contention(
+                    replicas[i], steps, self.resident_blocks(i, replicas[i], own if i == h else 0)
+                )
+                for i in among
+            }
+            b = min(among, key=lambda i: (cost[i], i))
+            if (
+                b != h
+                and cost[h] > cost[b] + self.move_slack_s
+                and cost[h] > self.move_ratio * cost[b]
             ):
-                return Decision(h, "affinity")
-            return Decision(fastest, "spill")
-        return Decision(self._place(request, replicas, among, t), "place")
+                return Decision(b, "spill" if t[h] > t[b] else "rebalance")
+            return Decision(h, "affinity")
+        return Decision(self._place(request, replicas, among, t, x), "place")
+
+    def resident_blocks(self, replica: int, r: ReplicaState, exclude: int = 0) -> float:
+        """Context a session on ``r`` will share decode steps with: KV of the requests running
+        there, plus the contexts of sessions homed there between turns (``exclude`` blocks of
+        them are the asking session's own), weighted by the chance that a session returns."""
+        idle = max(0, self._idle.get(replica, 0) - exclude)
+        busy = max(r.used_blocks, self._busy.get(replica, 0))
+        return busy + self.return_probability() * idle
+
+    def contention(self, r: ReplicaState, steps: float, blocks: float) -> float:
+        """Seconds that ``blocks`` of co-resident context on ``r`` cost a session expecting
+        ``steps`` more decode steps: each step reads their KV (``context_cost`` prefill-token
+        equivalents per context token and step)."""
+        rate = r.prefill_tokens_per_s or self.default_prefill_tokens_per_s
+        return self.context_cost * steps * blocks * r.block_size / rate
+
+    def return_probability(self) -> float:
+        """Estimated chance that a session between turns sends another (Laplace-smoothed)."""
+        return (self._returns + 1) / (self._returns + self._expiries + 2)
+
+    def expected_decode_steps(self) -> float:
+        """Mean output tokens per session so far: the decode steps a new session is expected to
+        need (a running session expects at least as many more as it has had: long ones last)."""
+        return self._out_total / self._seen if self._seen else 0.0
 
     def _place(
         self,
@@ -140,18 +212,18 @@ class AgentAware(Policy):
         replicas: Sequence[ReplicaState],
         among: list[int],
         t: dict[int, float],
+        x: dict[int, float],
     ) -> int:
-        total = sum(self._sessions.get(i, 0) for i in among) + 1
-        cap = math.ceil(self.load_factor * total / len(among))
-        ok = [i for i in among if self._sessions.get(i, 0) < cap] or among
         need = self._context_blocks(request)
+        load = {i: self.resident_blocks(i, replicas[i]) for i in among}
         fits = [
-            i
-            for i in ok
-            if self._blocks.get(i, 0) + need <= self.memory_target * replicas[i].capacity_blocks
+            i for i in among if load[i] + need <= self.memory_target * replicas[i].capacity_blocks
         ]
-        pool = fits or ok
-        return min(pool, key=lambda i: (t[i], self._sessions.get(i, 0), i))
+        steps = self.expected_decode_steps()
+        return min(
+            fits or among,
+            key=lambda i: (t[i] + x[i] + self.contention(replicas[i], steps, load[i]), i),
+        )
 
     # --- bookkeeping -----------------------------------------------------------------------
 
@@ -159,37 +231,47 @@ class AgentAware(Policy):
         sid = request.session_id
         if sid is None:
             return
-        blocks = self._context_blocks(request)
+        self._out_total += request.max_output_tokens
         home = self._homes.get(sid)
         if home is None:
-            home = self._homes[sid] = _Home(replica, 0, now)
+            former = self._former.pop(sid, None)
+            if former is None:
+                self._seen += 1
+            else:
+                self._returns += 1
+            home = self._homes[sid] = _Home(replica, 0, now, out=former[1] if former else 0)
             self._sessions[replica] = self._sessions.get(replica, 0) + 1
-        elif home.replica != replica:
-            self._unhome(home)
-            home.replica = replica
-            home.blocks = 0
-            self._sessions[replica] = self._sessions.get(replica, 0) + 1
-        self._blocks[replica] = self._blocks.get(replica, 0) + blocks - home.blocks
-        home.blocks = blocks
+        else:
+            if home.inflight:
+                self._busy[home.replica] -= home.blocks
+            else:
+                self._returns += 1
+                self._idle[home.replica] -= home.blocks
+            if home.replica != replica:
+                self._sessions[home.replica] -= 1
+                self._sessions[replica] = self._sessions.get(replica, 0) + 1
+                home.replica = replica
+        home.blocks = self._context_blocks(request)
+        self._busy[replica] = self._busy.get(replica, 0) + home.blocks
+        home.out += request.max_output_tokens
         home.inflight += 1
         home.last_seen = now
 
     def on_finished(self, request: RouteRequest, replica: int, now: float) -> None:
         sid = request.session_id
         home = self._homes.get(sid) if sid is not None else None
-        if home is None or sid is None:
+        if home is None or sid is None or not home.inflight:
             return
-        home.inflight = max(0, home.inflight - 1)
+        home.inflight -= 1
         home.last_seen = now
-        heapq.heappush(self._expiry, (now + self.session_idle_s, sid))
+        if not home.inflight:
+            self._busy[home.replica] -= home.blocks
+            self._idle[home.replica] = self._idle.get(home.replica, 0) + home.blocks
+            heapq.heappush(self._expiry, (now + self.session_idle_s, sid))
 
     def _context_blocks(self, request: RouteRequest) -> int:
         """KV blocks the session holds once this turn is done: prompt plus output."""
         return len(request.block_hashes) + math.ceil(request.max_output_tokens / self._block_size)
-
-    def _unhome(self, home: _Home) -> None:
-        self._sessions[home.replica] -= 1
-        self._blocks[home.replica] -= home.blocks
 
     def _expire(self, now: float) -> None:
         while self._expiry and self._expiry[0][0] <= now:
@@ -197,5 +279,10 @@ class AgentAware(Policy):
             home = self._homes.get(sid)
             if home is None or home.inflight or home.last_seen + self.session_idle_s > now:
                 continue
-            self._unhome(home)
+            self._expiries += 1
+            self._idle[home.replica] -= home.blocks
+            self._sessions[home.replica] -= 1
             del self._homes[sid]
+            self._former[sid] = (home.replica, home.out)
+            if len(self._former) > self.max_former_sessions:
+                self._former.popitem(last=False)

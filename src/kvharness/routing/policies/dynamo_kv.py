@@ -52,6 +52,9 @@ class DynamoKV(Policy):
         self._rng = random.Random(seed)
         # per replica: block hash -> number of in-flight requests holding it
         self._active: dict[int, dict[int, int]] = {}
+        # block hash -> replicas where some in-flight request holds it (to count shared blocks
+        # in one pass over the request instead of one per replica)
+        self._active_where: dict[int, set[int]] = {}
         self._requests: dict[str, tuple[int, tuple[int, ...]]] = {}
 
     def active_blocks(self, replica: int) -> int:
@@ -65,14 +68,20 @@ class DynamoKV(Policy):
         among: Sequence[int],
     ) -> dict[int, float]:
         isl = request.prompt_tokens
+        distinct = set(request.block_hashes)
+        shared = dict.fromkeys(among, 0)
+        where = self._active_where
+        for h in distinct:
+            for r in where.get(h, ()):
+                if r in shared:
+                    shared[r] += 1
         out: dict[int, float] = {}
         for i in among:
             bs = replicas[i].block_size
-            active = self._active.get(i, {})
             new_tokens = max(0, isl - matched_blocks[i] * bs)
             prefill_blocks = (new_tokens + replicas[i].pending_prefill_tokens) / bs
-            new_blocks = sum(1 for h in set(request.block_hashes) if h not in active)
-            decode_blocks = len(active) + new_blocks
+            new_blocks = len(distinct) - shared[i]
+            decode_blocks = self.active_blocks(i) + new_blocks
             out[i] = self.overlap_score_weight * prefill_blocks + decode_blocks
         return out
 
@@ -105,7 +114,10 @@ class DynamoKV(Policy):
         blocks = tuple(set(request.block_hashes))
         active = self._active.setdefault(replica, {})
         for h in blocks:
-            active[h] = active.get(h, 0) + 1
+            n = active.get(h, 0)
+            if not n:
+                self._active_where.setdefault(h, set()).add(replica)
+            active[h] = n + 1
         self._requests[request.request_id] = (replica, blocks)
 
     def on_finished(self, request: RouteRequest, replica: int, now: float) -> None:
@@ -120,3 +132,7 @@ class DynamoKV(Policy):
                 active[h] = left
             else:
                 del active[h]
+                holders = self._active_where[h]
+                holders.discard(where)
+                if not holders:
+                    del self._active_where[h]
