@@ -9,6 +9,7 @@ Answers ``/v1/chat/completions`` and ``/v1/completions`` (streaming or not) with
 * ``x-fake-cut-after: N``: send N stream chunks, then drop the connection (a mid-stream death).
 * ``x-fake-status: CODE``: answer CODE with an error body.
 * ``x-fake-delay-ms: MS``: wait before answering.
+* ``x-fake-token-ms: MS``: pace streamed tokens MS apart (default ``--token-ms``, 0).
 
 Run: ``python -m kvharness.gateway.fake_openai --port PORT [--block-size B]``.
 """
@@ -38,7 +39,9 @@ def _usage(prompt_tokens: int, completion: int) -> dict[str, object]:
     }
 
 
-def make_app(block_size: int = 16, num_blocks: int = 1000, name: str = "") -> web.Application:
+def make_app(
+    block_size: int = 16, num_blocks: int = 1000, name: str = "", token_ms: float = 0.0
+) -> web.Application:
     ids = itertools.count()
     stats = {"requests": 0}
 
@@ -83,7 +86,10 @@ def make_app(block_size: int = 16, num_blocks: int = 1000, name: str = "") -> we
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await resp.prepare(request)
         cut = request.headers.get("x-fake-cut-after")
+        pace = float(request.headers.get("x-fake-token-ms") or token_ms) / 1000
         for i in range(n):
+            if pace and i:
+                await asyncio.sleep(pace)
             if cut is not None and i == int(cut):
                 assert request.transport is not None
                 request.transport.abort()
@@ -133,10 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True, help="port to listen on")
     parser.add_argument("--block-size", type=int, default=16, help="block size /metrics reports")
     parser.add_argument("--name", default="", help="name put in non-streamed answers")
+    parser.add_argument("--token-ms", type=float, default=0.0, help="pause between streamed tokens")
     args = parser.parse_args(argv)
     print(f"fake OpenAI server on {args.host}:{args.port}", file=sys.stderr, flush=True)
+    try:
+        import uvloop
+
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
     web.run_app(
-        make_app(args.block_size, name=args.name),
+        make_app(args.block_size, name=args.name, token_ms=args.token_ms),
+        loop=loop,
         host=args.host,
         port=args.port,
         access_log=None,

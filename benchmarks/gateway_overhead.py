@@ -1,0 +1,189 @@
+"""Latency the gateway adds per request, vs going straight to the replica.
+
+The replica is a FAKE OpenAI server process (kvharness.gateway.fake_openai: canned tokens, no
+model) so the engine's time does not drown the gateway's; it streams ``--tokens`` tokens paced
+``--token-ms`` apart, as an engine decodes. The gateway runs as its own process
+(``python -m kvharness gateway``, policy agent_aware, hashing with the tiny model's real tokenizer
+and chat template), and the load generator as a third. At each concurrency (1, 50, 200 streams,
+closed loop: each stream sends its next request when the last one finished) the same chat request
+(a ~300-token prompt, ``stream: true``) runs for ``--seconds`` direct and through the gateway,
+alternating twice; time to first byte and to the end of the stream are recorded per request.
+
+Printed: p50/p99 of both, direct and via the gateway, and their differences (the added latency;
+targets p50 < 1 ms, p99 < 5 ms), and the gateway process's CPU time per request (user + system,
+from /proc; it bounds what the gateway adds on an idle core and does not depend on other load).
+On a machine whose cores are busy with other work, each extra process hop also waits to be
+scheduled, which inflates the latency differences; the command line is printed so the run can be
+repeated elsewhere.
+
+    .venv/bin/python benchmarks/gateway_overhead.py [--concurrency 1 50 200] [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+
+from kvharness.testing.tiny_model import ensure_tiny_model
+from kvharness.testing.vllm import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{url} did not come up") from None
+            time.sleep(0.1)
+
+
+def body(i: int) -> bytes:
+    text = " ".join(f"line {k}: x = compute(x, {k})" for k in range(40))
+    msgs = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": f"task {i % 16}\n{text}"},
+    ]
+    return json.dumps(
+        {"model": "fake-model", "messages": msgs, "max_tokens": 0, "stream": True}
+    ).encode()
+
+
+async def phase(
+    url: str, concurrency: int, seconds: float, tokens: int
+) -> tuple[list[float], list[float]]:
+    """Closed-loop streams for ``seconds``; (ttfb, total) per request, seconds."""
+    ttfb: list[float] = []
+    total: list[float] = []
+    stop = time.perf_counter() + seconds
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn) as s:
+
+        async def worker(w: int) -> None:
+            i = 0
+            payload = body(w)
+            payload = payload.replace(b'"max_tokens": 0', f'"max_tokens": {tokens}'.encode())
+            headers = {"Content-Type": "application/json", "x-session-id": f"w{w}"}
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                async with s.post(url + "/v1/chat/completions", data=payload, headers=headers) as r:
+                    first = await r.content.readany()
+                    t1 = time.perf_counter()
+                    assert r.status == 200 and first, r.status
+                    while await r.content.readany():
+                        pass
+                t2 = time.perf_counter()
+                ttfb.append(t1 - t0)
+                total.append(t2 - t0)
+                i += 1
+
+        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    return ttfb, total
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q)) * 1000
+
+
+async def run(args: argparse.Namespace) -> None:
+    model = ensure_tiny_model(REPO / ".cache" / "tiny-llama")
+    bport, gport = free_port(), free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    backend = subprocess.Popen(
+        [sys.executable, "-m", "kvharness.gateway.fake_openai", "--port", str(bport),
+         "--token-ms", str(args.token_ms)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    gateway_cmd = [
+        sys.executable, "-m", "kvharness", "gateway", "--backend", f"http://127.0.0.1:{bport}",
+        "--port", str(gport), "--policy", "agent_aware", "--tokenizer", str(model),
+        "--max-queue", "100000",
+    ]  # fmt: skip
+    gateway = subprocess.Popen(
+        gateway_cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_up(f"http://127.0.0.1:{bport}/health", backend)
+        wait_up(f"http://127.0.0.1:{gport}/health", gateway)
+        direct, via = f"http://127.0.0.1:{bport}", f"http://127.0.0.1:{gport}"
+        await phase(direct, 4, 1.0, args.tokens)  # warm both paths
+        await phase(via, 4, 1.0, args.tokens)
+        print(f"gateway: {' '.join(gateway_cmd[1:])}")
+        print(f"fake replica: {args.tokens} tokens/answer, {args.token_ms} ms apart; "
+              f"{os.cpu_count()} CPUs; {args.seconds} s x2 per side and concurrency\n")  # fmt: skip
+        head = (f"{'streams':>7} {'reqs':>6} | {'TTFB p50':>9} {'p99':>7} direct | {'p50':>7} "
+                f"{'p99':>7} gateway | {'added p50':>9} {'p99':>7} | end-to-end added p50 / p99 | "
+                "gateway CPU ms/request")  # fmt: skip
+        print(head)
+        for c in args.concurrency:
+            d_ttfb: list[float] = []
+            d_tot: list[float] = []
+            g_ttfb: list[float] = []
+            g_tot: list[float] = []
+            gw_cpu = 0.0
+            for _ in range(2):
+                a, b = await phase(direct, c, args.seconds / 2, args.tokens)
+                d_ttfb += a
+                d_tot += b
+                cpu0 = cpu_seconds(gateway.pid)
+                a, b = await phase(via, c, args.seconds / 2, args.tokens)
+                gw_cpu += cpu_seconds(gateway.pid) - cpu0
+                g_ttfb += a
+                g_tot += b
+            print(
+                f"{c:>7} {len(g_tot):>6} | {pct(d_ttfb, 50):>8.2f}ms {pct(d_ttfb, 99):>6.2f}ms "
+                f"       | {pct(g_ttfb, 50):>6.2f}ms {pct(g_ttfb, 99):>6.2f}ms         | "
+                f"{pct(g_ttfb, 50) - pct(d_ttfb, 50):>8.2f}ms {pct(g_ttfb, 99) - pct(d_ttfb, 99):>6.2f}ms | "
+                f"{pct(g_tot, 50) - pct(d_tot, 50):.2f} ms / {pct(g_tot, 99) - pct(d_tot, 99):.2f} ms"
+                f" | {1000 * gw_cpu / max(1, len(g_tot)):.2f}",
+                flush=True,
+            )
+    finally:
+        for p in (gateway, backend):
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="+",
+        default=[1, 50, 200],
+        help="concurrent streams to measure at",
+    )
+    ap.add_argument(
+        "--seconds", type=float, default=8.0, help="measured seconds per side and level"
+    )
+    ap.add_argument("--tokens", type=int, default=32, help="tokens per streamed answer")
+    ap.add_argument("--token-ms", type=float, default=20.0, help="ms between streamed tokens")  # fmt: skip
+    asyncio.run(run(ap.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
