@@ -15,8 +15,15 @@ from kvharness.env.adapters.gym import ENV_ID, GymCodingEnv
 from kvharness.env.adapters.verifiers import VerifiersCodingEnv
 from kvharness.env.api import EnvConfig
 from kvharness.env.harness.demo import make_demo_suite, make_demo_task
+from kvharness.env.sandbox import python_env_paths
 from kvharness.env.task import Task
 from kvharness.testing import VllmReplica
+
+
+@pytest.fixture
+def pyenv(env_venv: Path) -> tuple[Path, ...]:
+    """The tasks' venv (pytest only) for commands and grading."""
+    return python_env_paths(env_venv)
 
 
 @pytest.fixture
@@ -32,9 +39,9 @@ def _call(name: str, **args: str) -> dict[str, object]:
 FIX = _call("edit_file", path="calc/__init__.py", search="return a - b", replace="return a + b")
 
 
-def test_gymnasium_make_by_registered_id(task: Task) -> None:
+def test_gymnasium_make_by_registered_id(pyenv: tuple[Path, ...], task: Task) -> None:
     assert ENV_ID in gymnasium.registry
-    env = gymnasium.make(ENV_ID, task=task.root, max_steps=5)
+    env = gymnasium.make(ENV_ID, task=task.root, max_steps=5, python_env=pyenv)
     obs, info = env.reset(seed=1)
     assert env.observation_space.contains(obs) and "add(2, 3)" in obs
     assert info["task_id"] == "demo-add"
@@ -45,26 +52,31 @@ def test_gymnasium_make_by_registered_id(task: Task) -> None:
     env.close()
 
 
-def test_gymnasium_module_qualified_id_and_suite_lookup(tmp_path: Path) -> None:
+def test_gymnasium_module_qualified_id_and_suite_lookup(
+    pyenv: tuple[Path, ...], tmp_path: Path
+) -> None:
     make_demo_suite(tmp_path / "suite", ("add", "clamp"))
     env = gymnasium.make(
         "kvharness.env.adapters.gym:kvharness/CodingEnv-v0",
         task=tmp_path / "suite",
         task_id="demo-clamp",
+        python_env=pyenv,
     )
     obs, _ = env.reset()
     assert "clamp(5, 0, 3)" in obs
     env.close()
 
 
-def test_gymnasium_env_checker_passes(task: Task) -> None:
-    env = GymCodingEnv(task, max_steps=3)
+def test_gymnasium_env_checker_passes(pyenv: tuple[Path, ...], task: Task) -> None:
+    env = GymCodingEnv(task, max_steps=3, python_env=pyenv)
     check_env(env, skip_render_check=True)
     env.close()
 
 
-def test_gym_observations_are_sanitised_to_the_text_space(task: Task) -> None:
-    env = GymCodingEnv(task, render_mode="ansi")
+def test_gym_observations_are_sanitised_to_the_text_space(
+    pyenv: tuple[Path, ...], task: Task
+) -> None:
+    env = GymCodingEnv(task, render_mode="ansi", python_env=pyenv)
     env.reset()
     obs, *_ = env.step({"name": "bash", "arguments": {"command": "printf 'caf\\xc3\\xa9 \\x01ok'"}})
     assert obs.endswith("caf? ?ok") and env.observation_space.contains(obs)
@@ -74,9 +86,11 @@ def test_gym_observations_are_sanitised_to_the_text_space(task: Task) -> None:
     env.close()
 
 
-async def test_verifiers_interface_scores_a_scripted_rollout(tmp_path: Path) -> None:
+async def test_verifiers_interface_scores_a_scripted_rollout(
+    pyenv: tuple[Path, ...], tmp_path: Path
+) -> None:
     tasks = make_demo_suite(tmp_path / "suite", ("add", "clamp"))
-    env = VerifiersCodingEnv(tasks, EnvConfig(max_submissions=2))
+    env = VerifiersCodingEnv(tasks, EnvConfig(max_submissions=2, python_env=pyenv))
     rows = env.dataset
     assert [r["info"]["task_id"] for r in rows] == ["demo-add", "demo-clamp"]
     assert (
@@ -110,8 +124,10 @@ async def test_verifiers_interface_scores_a_scripted_rollout(tmp_path: Path) -> 
     assert batch["reward"] == [1.0]
 
 
-async def test_verifiers_unknown_task_and_plain_answer_completes(task: Task) -> None:
-    env = VerifiersCodingEnv([task])
+async def test_verifiers_unknown_task_and_plain_answer_completes(
+    pyenv: tuple[Path, ...], task: Task
+) -> None:
+    env = VerifiersCodingEnv([task], EnvConfig(python_env=pyenv))
     with pytest.raises(KeyError, match="not a task"):
         await env.setup_state({"info": {"task_id": "nope"}})
     state = await env.setup_state({"info": {"task_id": task.id}})
@@ -122,12 +138,12 @@ async def test_verifiers_unknown_task_and_plain_answer_completes(task: Task) -> 
 
 @pytest.mark.vllm
 async def test_verifiers_rollout_with_the_openai_client(
-    vllm_replicas: Sequence[VllmReplica], task: Task
+    pyenv: tuple[Path, ...], vllm_replicas: Sequence[VllmReplica], task: Task
 ) -> None:
     from openai import AsyncOpenAI
 
     replica = vllm_replicas[0]
-    env = VerifiersCodingEnv([task])
+    env = VerifiersCodingEnv([task], EnvConfig(python_env=pyenv))
     client = AsyncOpenAI(base_url=replica.url + "/v1", api_key="none")
     row = env.dataset[0]
     # The tiny random model cannot call tools (and the server has no tool parser): one turn,

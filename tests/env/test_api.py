@@ -14,7 +14,7 @@ from kvharness.env.api import AsyncCodingEnv, CodingEnv, EnvConfig
 from kvharness.env.harness.agents import Agent, CheatAgent, NoopAgent, OracleAgent
 from kvharness.env.harness.demo import DEMO_ORIGINAL, make_demo_task
 from kvharness.env.reward import RewardRule
-from kvharness.env.sandbox import Limits
+from kvharness.env.sandbox import Limits, python_env_paths
 from kvharness.env.task import Task
 
 ORIGINAL = DEMO_ORIGINAL
@@ -31,8 +31,18 @@ def task(tmp_path: Path) -> Task:
     return make_task(tmp_path / "suite")
 
 
+_PYTHON_ENV: list[tuple[Path, ...]] = []
+
+
+@pytest.fixture(autouse=True)
+def _task_python_env(env_venv: Path) -> None:
+    """Commands and grading run with the tasks' venv (pytest only, like a built suite's): the
+    project's own venv also works but loads its pytest plugins in every graded run."""
+    _PYTHON_ENV[:] = [python_env_paths(env_venv)]
+
+
 def config(**kw: object) -> EnvConfig:
-    base: dict[str, object] = {"limits": Limits(timeout_s=30)}
+    base: dict[str, object] = {"limits": Limits(timeout_s=30), "python_env": _PYTHON_ENV[0]}
     base.update(kw)
     return EnvConfig(**base)  # type: ignore[arg-type]
 
@@ -245,6 +255,12 @@ def test_special_and_huge_files(task: Task) -> None:
     assert obs == "error: read_file: calc is a directory"
     obs, *_ = env.step(ReadFile("big.txt"))
     assert obs.startswith("x" * 1000) and "more characters not shown" in obs and len(obs) < 1100
+    # A FIFO in the copy cannot be graded: the submit is refused, not counted, not a crash.
+    obs, reward, term, _, info = env.step(Submit())
+    assert obs.startswith("error: submit: the repository could not be graded") and not term
+    assert info["submissions"] == 0 and reward == 0.0
+    env.step(Bash("rm pipe"))
+    assert env.step(Submit()).info["score"] == 0.0
     env.close()
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,9 @@ from kvharness.env.actions import TOOL_SCHEMAS
 from kvharness.env.api import EnvConfig
 from kvharness.env.harness.client import ChatClient
 from kvharness.env.harness.demo import make_demo_suite
-from kvharness.env.harness.loop import run_episodes
+from kvharness.env.harness.loop import NUDGE, run_episodes
 from kvharness.env.harness.record import call_prompts, to_workload
-from kvharness.env.sandbox import Limits
+from kvharness.env.sandbox import Limits, python_env_paths
 from kvharness.env.task import Task
 from kvharness.testing import VllmReplica
 from kvharness.workload.chain import shared_prefix_tokens
@@ -27,7 +28,20 @@ from kvharness.workload.tokenize import load_tokenizer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-CONFIG = EnvConfig(max_steps=20, max_submissions=3, limits=Limits(timeout_s=60))
+CONFIG: list[EnvConfig] = []
+
+
+@pytest.fixture(autouse=True)
+def _config(env_venv: Path) -> None:
+    """Episodes run commands and grading with the tasks' venv (pytest only)."""
+    CONFIG[:] = [
+        EnvConfig(
+            max_steps=20,
+            max_submissions=3,
+            limits=Limits(timeout_s=60),
+            python_env=python_env_paths(env_venv),
+        )
+    ]
 
 
 @pytest.fixture
@@ -38,7 +52,7 @@ def suite(tmp_path: Path) -> tuple[Path, list[Task]]:
 
 async def _run(replica: VllmReplica, tasks: Sequence[Task], agent: str, concurrency: int = 3):  # type: ignore[no-untyped-def]
     async with ChatClient(replica.url, replica.model, max_tokens=8) as client:
-        return await run_episodes(tasks, agent, client, CONFIG, concurrency=concurrency)
+        return await run_episodes(tasks, agent, client, CONFIG[0], concurrency=concurrency)
 
 
 async def test_oracle_scores_one_after_a_wrong_attempt(
@@ -177,3 +191,23 @@ def test_cli_env_run_writes_rollouts_and_a_workload_the_tools_accept(
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "round_robin" in printed and "session" in printed
+
+
+async def test_model_agent_loop_with_a_tool_parsing_server(
+    vllm_factory: Callable[..., VllmReplica], suite: tuple[Path, list[Task]]
+) -> None:
+    """The model agent asks for tool_choice=auto (the server parses tool calls); the tiny random
+    model never produces one, so every turn is nudged until the call budget truncates the
+    episode: the loop ends by itself, reward 0, nothing run."""
+    replica = vllm_factory(extra_args=("--enable-auto-tool-choice", "--tool-call-parser", "hermes"))
+    _, tasks = suite
+    config = replace(CONFIG[0], max_steps=2)
+    async with ChatClient(replica.url, replica.model, max_tokens=8) as client:
+        [ep] = await run_episodes(tasks[:1], "model", client, config)
+    assert ep.error is None, ep.error
+    assert ep.truncated and not ep.terminated and ep.reward == 0.0
+    assert len(ep.calls) == 4 and ep.steps == 0 and not ep.tool_runs
+    nudges = [m for m in ep.messages if m["role"] == "user" and m["content"] == NUDGE]
+    assert len(nudges) == 4
+    prompts = [c.call.prompt_tokens for c in ep.calls]
+    assert all(b > a for a, b in itertools.pairwise(prompts))

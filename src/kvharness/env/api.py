@@ -30,7 +30,7 @@ import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -234,6 +234,22 @@ class _Episode:
 _MAX_EDIT_BYTES = 8 << 20
 
 
+def _grading_error(err: BaseException) -> ActionError:
+    return ActionError(
+        f"submit: the repository could not be graded ({type(err).__name__}: {str(err)[:300]}); "
+        "the submission was not counted"
+    )
+
+
+def _graded(grade: Callable[[Path], GradeResult], repo: Path) -> GradeResult:
+    """``grade(repo)``, with a failure the agent caused (a FIFO or unreadable file in its copy,
+    which the grader cannot copy) turned into an action error."""
+    try:
+        return grade(repo)
+    except (OSError, shutil.Error) as err:
+        raise _grading_error(err) from None
+
+
 def _regular_file(repo: Path, path: str, tool: str) -> Path:
     """The confined path of an existing regular file (not a directory, FIFO or device: reading
     a FIFO the agent made would block the host)."""
@@ -352,7 +368,7 @@ class CodingEnv(_Base):
                         assert self._sandbox is not None
                         need = gen.send(self._sandbox.run(need.command))
                     else:
-                        need = gen.send(self.grader.grade(ep.repo))
+                        need = gen.send(_graded(self.grader.grade, ep.repo))
             except StopIteration as stop:
                 obs, extra = stop.value
             except ActionError as err:
@@ -388,7 +404,11 @@ class AsyncCodingEnv(_Base):
                         assert self._sandbox is not None
                         need = gen.send(await self._sandbox.arun(need.command))
                     else:
-                        need = gen.send(await self.grader.agrade(ep.repo))
+                        try:
+                            grade = await self.grader.agrade(ep.repo)
+                        except (OSError, shutil.Error) as err:
+                            raise _grading_error(err) from None
+                        need = gen.send(grade)
             except StopIteration as stop:
                 obs, extra = stop.value
             except ActionError as err:
