@@ -55,3 +55,20 @@ def test_env_help_lists_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "run" in out and "build-suite" in out
+
+
+async def test_a_broken_task_ends_its_episode_not_the_run(tmp_path: Path) -> None:
+    import shutil
+
+    from kvharness.env.api import EnvConfig
+    from kvharness.env.harness.client import ChatClient
+    from kvharness.env.harness.loop import run_episodes
+
+    tasks = make_demo_suite(tmp_path / "suite")
+    shutil.rmtree(tasks[0].repo_dir)  # the snapshot is gone: reset cannot copy it
+    async with ChatClient(f"http://127.0.0.1:{_closed_port()}", "m") as client:
+        [broken, other] = await run_episodes(tasks, "noop", client, EnvConfig())
+    assert broken.error is not None and broken.error.startswith("env: FileNotFoundError")
+    assert broken.reward == 0.0 and not broken.calls
+    # The other task got to call the (absent) model: its own, separate failure.
+    assert other.error is not None and other.error.startswith("model: ")

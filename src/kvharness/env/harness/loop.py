@@ -27,6 +27,7 @@ from kvharness.env.harness.agents import make_agent
 from kvharness.env.harness.client import ChatClient, ModelCall, ModelError
 from kvharness.env.reward import Submission
 from kvharness.env.task import Task
+from kvharness.errors import UserError
 
 __all__ = ["CallRecord", "EpisodeResult", "ToolRun", "run_episode", "run_episodes"]
 
@@ -87,8 +88,9 @@ async def run_episode(
     episode: str,
     t0: float,
 ) -> EpisodeResult:
-    """Run one episode of ``task`` with a fresh agent ``agent_name``; never raises for the model's
-    or the agent's failures (they end the episode with ``error`` set). ``t0``: the run's origin on
+    """Run one episode of ``task`` with a fresh agent ``agent_name``. The model's failures and
+    any fault of the environment on this task end the episode with ``error`` set; a
+    :class:`UserError` (no sandbox, unreadable suite) propagates. ``t0``: the run's origin on
     ``time.perf_counter``."""
     result = EpisodeResult(episode, task.id, agent_name)
     env = AsyncCodingEnv(task, config)
@@ -152,6 +154,10 @@ async def run_episode(
             result.truncated = True
     except ModelError as err:
         result.error = f"model: {err}"
+    except UserError:
+        raise  # a setup fault (no sandbox, bad suite): every episode would fail alike
+    except Exception as err:  # one broken task must not take a long run down with it
+        result.error = f"env: {type(err).__name__}: {err}"
     finally:
         result.submissions = list(env.submissions)
         result.reward = env.episode_reward()
