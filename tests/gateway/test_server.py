@@ -232,6 +232,13 @@ async def test_sessions_stick_and_index_learns_from_decisions(
                 )
                 served.setdefault(f"s{s}", set()).add(raw.headers["x-kvharness-replica"])
     assert all(len(v) == 1 for v in served.values())  # affinity
-    assert len({next(iter(v)) for v in served.values()}) > 1  # and spread
-    # No tokenizer: prompts are hashed approximately and the index is fed by the decisions.
+    # No tokenizer: prompts are hashed approximately and the index is fed by the decisions, so
+    # later turns find their prefix where the session ran.
     assert sum(gw.index.cached_blocks(i) for i in range(3)) > 0
+    _, text, _ = await get(gw, "/metrics")
+    ratio_sum = next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("kvharness_gateway_matched_prefix_ratio_sum")
+    )
+    assert ratio_sum > 6 * 3 * 0.5  # 18 later turns, each mostly matched
