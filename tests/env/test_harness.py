@@ -191,6 +191,17 @@ def test_cli_env_run_writes_rollouts_and_a_workload_the_tools_accept(
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "round_robin" in printed and "session" in printed
+    # bench replays the recorded conversations (chat messages) against the same server.
+    code = main(
+        [
+            "bench", "--target", replica.url, "--workload", str(out / "workload.jsonl"),
+            "--concurrency", "3", "--out", str(tmp_path / "bench"), "--no-progress",
+        ]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    records = (tmp_path / "bench" / "records.jsonl").read_text().splitlines()
+    assert len(records) == 21
 
 
 async def test_model_agent_loop_with_a_tool_parsing_server(
