@@ -69,13 +69,15 @@ def test_incremental_equals_full_on_real_agent_trajectories(tok: EngineTokenizer
 def test_session_found_by_messages_without_header(tok: EngineTokenizer) -> None:
     _, msgs = conversations()[0]
     h = PromptHasher(tok, BS)
-    h.chat(msgs[:3], None)
-    h.chat(msgs[:6], None)
+    first = h.chat(msgs[:3], None)
+    second = h.chat(msgs[:6], None)
     assert h.stats.incremental == 1 and len(h) == 1
+    assert first.session is not None and first.session == second.session  # routed as one session
     # A different conversation is not mistaken for it.
     _, other = conversations()[1]
-    h.chat(other[:3], None)
-    assert h.stats.incremental == 1 and len(h) == 2
+    third = h.chat(other[:3], None)
+    assert h.stats.incremental == 1 and len(h) == 2 and third.session != first.session
+    assert h.chat(msgs[:2], "given").session == "given"
 
 
 def test_edited_history_still_matches_full(tok: EngineTokenizer) -> None:

@@ -342,7 +342,7 @@ class Gateway:
             )
         route_req = RouteRequest(
             request_id=f"gw-{next(self._ids)}",
-            session_id=sid,
+            session_id=sid if sid is not None else hashed.session,
             block_hashes=hashed.block_hashes,
             prompt_tokens=hashed.num_tokens,
             max_output_tokens=parsed.max_output_tokens,

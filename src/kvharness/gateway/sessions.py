@@ -38,6 +38,9 @@ class HashedPrompt(NamedTuple):
     token_ids: Sequence[int]
     reused_tokens: int
     """Tokens taken from the session's previous prompt instead of being tokenised again."""
+    session: str | None = None
+    """The session the prompt belongs to: the caller's id, or for chat prompts without one, an
+    ``auto-N`` id shared by the calls whose messages continue each other."""
 
 
 @dataclass(slots=True)
@@ -99,9 +102,10 @@ class PromptHasher:
     max_tokens: int = 20_000_000
     verify_every: int = 0
     stats: HasherStats = field(default_factory=HasherStats)
-    _sessions: OrderedDict[object, _State] = field(default_factory=OrderedDict)
-    _by_messages: dict[tuple[int, int, int], object] = field(default_factory=dict)
+    _sessions: OrderedDict[str, _State] = field(default_factory=OrderedDict)
+    _by_messages: dict[tuple[int, int, int], str] = field(default_factory=dict)
     _kept_tokens: int = 0
+    _auto: int = 0
 
     # --- entry points -------------------------------------------------------------------
 
@@ -121,7 +125,7 @@ class PromptHasher:
         text = tok.template.render(
             messages, tools=tools, add_generation_prompt=add_generation_prompt, extra=extra
         )
-        sid: object = session_id
+        sid = session_id
         state = self._sessions.get(sid) if sid is not None else None
         if state is None and len(messages) > 1:
             state, found = self._find_by_messages(messages)
@@ -129,8 +133,11 @@ class PromptHasher:
                 sid = found
         result, new_state = self._text(text, state, add_special_tokens=False)
         new_state.key = _message_key(messages, len(messages))
-        self._keep(sid if sid is not None else ("m", new_state.key), new_state)
-        return result
+        if sid is None:
+            self._auto += 1
+            sid = f"auto-{self._auto}"
+        self._keep(sid, new_state)
+        return result._replace(session=sid)
 
     def completion_text(self, text: str, session_id: str | None) -> HashedPrompt:
         """Hash a text completion prompt (tokenised with the tokenizer's special tokens)."""
@@ -139,7 +146,7 @@ class PromptHasher:
         result, new_state = self._text(text, state, add_special_tokens=True)
         if session_id is not None:
             self._keep(session_id, new_state)
-        return result
+        return result._replace(session=session_id)
 
     def completion_ids(self, ids: Sequence[int], session_id: str | None) -> HashedPrompt:
         """Hash a token-id prompt; with a session, only blocks past the common prefix."""
@@ -162,7 +169,7 @@ class PromptHasher:
         self._count(len(new_ids), keep * bs)
         if session_id is not None:
             self._keep(session_id, _State(None, new_ids, [], hashes))
-        return HashedPrompt(tuple(hashes), len(new_ids), new_ids, keep * bs)
+        return HashedPrompt(tuple(hashes), len(new_ids), new_ids, keep * bs, session_id)
 
     # --- internals ----------------------------------------------------------------------
 
@@ -173,7 +180,7 @@ class PromptHasher:
 
     def _find_by_messages(
         self, messages: Sequence[Mapping[str, Any]]
-    ) -> tuple[_State | None, object]:
+    ) -> tuple[_State | None, str | None]:
         stop = max(0, len(messages) - 1 - _MAX_APPENDED_MESSAGES)
         for k in range(len(messages) - 1, stop, -1):
             sid = self._by_messages.get(_message_key(messages, k))
@@ -230,7 +237,7 @@ class PromptHasher:
         self.stats.tokens_total += total
         self.stats.tokens_reused += reused
 
-    def _keep(self, sid: object, state: _State) -> None:
+    def _keep(self, sid: str, state: _State) -> None:
         old = self._sessions.pop(sid, None)
         if old is not None:
             self._forget(sid, old)
@@ -242,7 +249,7 @@ class PromptHasher:
             dropped_sid, dropped = self._sessions.popitem(last=False)
             self._forget(dropped_sid, dropped)
 
-    def _forget(self, sid: object, state: _State) -> None:
+    def _forget(self, sid: str, state: _State) -> None:
         self._kept_tokens -= len(state.ids)
         if state.key is not None and self._by_messages.get(state.key) == sid:
             del self._by_messages[state.key]
