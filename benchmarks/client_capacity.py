@@ -16,6 +16,7 @@ against the same stub at the same per-session load and their figures printed bes
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -82,6 +83,70 @@ def measure(url: str, n: int, turns: int, think: float, out: Path) -> dict[str, 
     }
 
 
+PEERS = REPO / ".cache" / "peers-venv" / "bin"
+TOKENIZER = REPO / ".cache" / "tiny-llama"  # AIPerf and GuideLLM need one; the tiny model's
+
+
+def run_aiperf(url: str, n: int, turns: int, think: float, cpu: int, out: Path) -> str:
+    """AIPerf 0.13: n multi-turn chat conversations at concurrency n, think time between turns."""
+    cmd = [
+        "taskset", "-c", str(cpu), str(PEERS / "aiperf"), "profile", "--model", "stub",
+        "--url", url, "--endpoint-type", "chat", "--streaming", "--tokenizer", str(TOKENIZER),
+        "--concurrency", str(n), "--conversation-num", str(n),
+        "--conversation-turn-mean", str(turns), "--conversation-turn-stddev", "0",
+        "--conversation-turn-delay-mean", str(int(think * 1000)), "--isl", "1000", "--osl", "8",
+        "--ui-type", "none", "--output-artifact-dir", str(out), "--no-server-metrics",
+        "--no-gpu-telemetry",
+    ]  # fmt: skip
+    subprocess.run(cmd, capture_output=True, timeout=900, check=False)
+    try:
+        d = json.loads((out / "profile_export_aiperf.json").read_text())
+    except (OSError, ValueError):
+        return "no result (see its logs)"
+    t = d["time_to_first_token"]
+    ok = d["request_count"]["avg"]
+    return (f"{ok:>6.0f} ok {d['request_throughput']['avg']:>6.0f} req/s  TTFT p50 "
+            f"{t['p50']:>7.2f}ms p99 {t['p99']:>7.2f}ms")  # fmt: skip
+
+
+def run_guidellm(url: str, n: int, turns: int, think: float, cpu: int, out: Path) -> str:
+    """GuideLLM 0.8.1: constant n/think requests/s (what n sessions send), n*turns requests; it
+    has no closed-loop sessions with think time, so the request rate is matched instead."""
+    out.mkdir(parents=True, exist_ok=True)
+    rate = n / think
+    cmd = [
+        "taskset", "-c", str(cpu), str(PEERS / "guidellm"), "run",
+        "--backend", f"kind=openai_http,target={url},model=stub",
+        "--profile", f"kind=constant,rate={rate:g}",
+        "--constraint", f"kind=max_requests,count={max(10, n * turns)}",
+        "--tokenizer", f"kind=hf_auto,model={TOKENIZER}",
+        "--data", "kind=synthetic_text,prompt_tokens=1000,output_tokens=8",
+        "--output", f"kind=json,path={out / 'out.json'}", "--disable-console-interactive",
+    ]  # fmt: skip
+    subprocess.run(cmd, capture_output=True, timeout=900, check=False, cwd=out)
+    try:
+        b = json.loads((out / "out.json").read_text())["benchmarks"][0]["metrics"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return "no result"
+    t = b["time_to_first_token_ms"]["successful"]
+    lag = b["request_dispatch_delay"]["successful"]["percentiles"]["p99"]
+    return (f"{t['count']:>6} ok {b['requests_per_second']['successful']['mean']:>6.0f} req/s  "
+            f"TTFT p50 {t['percentiles']['p50']:>7.2f}ms p99 {t['percentiles']['p99']:>7.2f}ms  "
+            f"dispatch delay p99 {lag:.4g}")  # fmt: skip
+
+
+def peers(url: str, counts: list[int], turns: int, think: float, cpu: int) -> None:
+    if not (PEERS / "aiperf").exists() and not (PEERS / "guidellm").exists():
+        print(f"peers: none installed in {PEERS.parent} (python3 -m venv {PEERS.parent} && "
+              f"{PEERS}/pip install aiperf==0.13.0 guidellm==0.8.1)")  # fmt: skip
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fn in (("AIPerf 0.13", run_aiperf), ("GuideLLM 0.8.1", run_guidellm)):
+            for n in counts:
+                line = fn(url, n, turns, think, cpu, Path(tmp) / f"{name[:3]}{n}")
+                print(f"{name:<15} {n:>5} sessions: {line}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", default="1,250,500,1000,1500,2000,2500,3000,4000",
@@ -90,7 +155,9 @@ def main() -> None:
     ap.add_argument("--think", type=float, default=1.0, help="think time between turns, s")
     ap.add_argument("--client-cpu", type=int, default=0, help="CPU for this client process")
     ap.add_argument("--server-cpu", type=int, default=1, help="CPU for the stub server")
-    ap.add_argument("--peers", action="store_true", help="also run AIPerf/GuideLLM if installed")
+    ap.add_argument("--peers", default="", metavar="N,N,...",
+                    help="also run AIPerf and GuideLLM (from .cache/peers-venv) at these session "
+                         "counts, pinned to the client CPU")  # fmt: skip
     args = ap.parse_args()
     os.sched_setaffinity(0, {args.client_cpu})
     stub, url = start_stub(args.server_cpu)
@@ -102,6 +169,9 @@ def main() -> None:
     best = 0
     cpu_costs = []
     try:
+        if args.peers:
+            peers(url, [int(x) for x in args.peers.split(",")], args.turns, args.think,
+                  args.client_cpu)  # fmt: skip
         with tempfile.TemporaryDirectory() as tmp:
             for i, n in enumerate(int(x) for x in args.sessions.split(",")):
                 m = measure(url, n, args.turns, args.think, Path(tmp) / f"run{i}")

@@ -115,11 +115,14 @@ class StubServer:
         assert t is not None
         n = self.stats.requests
         self.stats.requests += 1
-        if path == b"/v1/models":
-            data = b'{"object":"list","data":[{"id":"stub","object":"model"}]}'
+        if not path.startswith(b"/v1/") or not path.endswith(b"completions"):
+            data = b"{}"
+            if path.startswith(b"/v1/models"):
+                data = b'{"object":"list","data":[{"id":"stub","object":"model"}]}'
+            status = b"200 OK" if path in (b"/health", b"/") or data != b"{}" else b"404 Not Found"
             t.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                % (len(data), data)
+                b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                % (status, len(data), data)
             )
             return
         fault = self.plan(n, body) if self.plan is not None else None
