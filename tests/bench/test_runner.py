@@ -7,6 +7,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from kvharness.bench.config import BenchConfig
 from kvharness.bench.run import run_bench
 from kvharness.report.records import TurnRecord
@@ -127,3 +129,13 @@ def test_resume_skips_finished_turns_and_restarts_at_the_first_unfinished(
     resumed = [r for r in second.records if r.session == "s1" and r.turn >= 2 and r.ok]
     failed = [r for r in second.records if not r.ok]
     assert min(r.sent for r in resumed) > max(r.sent for r in failed)  # one clock across passes
+
+
+def test_progress_bar_shows_live_counts(
+    tmp_path: Path, stub: StubServer, agent_workload: Callable[..., Workload],
+    bench_config: Callable[..., BenchConfig], capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    w = agent_workload(sessions=2, turns=2, repo_tokens=200, gap=0.01, start_spacing=0)
+    run_bench(bench_config([stub.url], _save(w, tmp_path)), tmp_path / "run", progress=True)
+    err = capsys.readouterr().err
+    assert "4/4" in err and "2 done" in err and "errors 0" in err, err

@@ -122,3 +122,25 @@ def test_killed_server_leaves_records_and_resume_completes(
     ok = [(r.session, r.turn) for r in final if r.ok]
     assert len(ok) == len(set(ok)) == 18
     assert final[: len(first)] == first  # the first pass's records are kept as they were
+
+
+TRACES = Path(__file__).parents[2] / ".." / "shared" / "traces"
+
+
+def test_real_swe_agent_trace_replays_as_chat(
+    tmp_path: Path, vllm_replicas: Sequence[VllmReplica], tiny_model_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    rep = vllm_replicas[0]
+    traj = TRACES / "swe-agent" / "ctf__crypto__BabyEncryption.traj"
+    code = main(["bench", "--target", rep.url, "--workload", str(traj), "--tokenizer",
+                 str(tiny_model_dir), "--time-scale", "0.01", "--out", str(tmp_path / "run"),
+                 "--no-progress"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    recs = sorted(read_records(tmp_path / "run" / "records.jsonl"), key=lambda r: r.turn)
+    assert len(recs) >= 3 and all(r.ok for r in recs)
+    prompts = [r.prompt_tokens for r in recs]
+    assert prompts == sorted(prompts) and prompts[-1] > prompts[0]  # the conversation grows
+    later = recs[1:]
+    cached = sum(r.cached_tokens or 0 for r in later)
+    assert cached > 0.5 * sum(r.prompt_tokens for r in later)  # each call reuses the last

@@ -24,7 +24,7 @@ async def live_progress(counts: Counts, *, enabled: bool, label: str) -> AsyncIt
         return
     progress = Progress(
         TextColumn("[bold]{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=20),
         MofNCompleteColumn(),
         TextColumn("{task.fields[live]}"),
         TimeElapsedColumn(),
@@ -36,7 +36,7 @@ async def live_progress(counts: Counts, *, enabled: bool, label: str) -> AsyncIt
     def update() -> None:
         errs = sum(counts.errors.values())
         live = (
-            f"sessions {counts.sessions_active} active / {counts.sessions_done} done / "
+            f"sessions: {counts.sessions_active} on, {counts.sessions_done} done, "
             f"{counts.sessions_abandoned} abandoned · in flight {counts.in_flight} · errors {errs}"
         )
         progress.update(task, completed=counts.turns_ok, live=live)
