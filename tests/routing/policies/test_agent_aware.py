@@ -150,3 +150,32 @@ def test_unhealthy_home_re_places(cluster: Cluster, req: Req) -> None:
     p.on_routed(q, 0, 0.0)
     reps[0].healthy = False
     assert p.choose(q, reps, [2, 0], 1.0) == (1, "place")
+
+
+def test_burden_on_requests_already_there_steers_big_prefills_away(
+    cluster: Cluster, req: Req
+) -> None:
+    p = AgentAware()
+    reps = cluster(2)
+    big = req(list(range(500)))  # 8,000 tokens to prefill: 0.8 s at 10,000 tokens/s
+    reps[0].running, reps[0].waiting = 2, 1
+    assert p.burden(big, reps[0], 0) == pytest.approx(0.3 * 3 * 0.8)
+    assert p.burden(big, reps[0], 500) == 0.0  # all cached: nothing to prefill
+    # Same wait either way; r1 has nobody to hold up.
+    assert p.choose(big, reps, [0, 0], 0.0) == (1, "least_time")
+
+
+def test_expected_decode_steps_learns_from_sessions(cluster: Cluster, req: Req) -> None:
+    p = AgentAware()
+    q = req([1], session="a", rid="a1", out=100)
+    assert p.expected_decode_steps(q) == 100  # nothing learnt yet: this turn only
+    for k in range(3):  # session a: three turns of 100 tokens; session b: one of 100
+        turn = req([1], session="a", rid=f"a{k}", out=100)
+        p.on_routed(turn, 0, float(k))
+        p.on_finished(turn, 0, k + 0.5)
+    p.on_routed(req([2], session="b", rid="b0", out=100), 1, 0.0)
+    # per session 400 / 2 = 200 tokens, per turn 100: 100 more after the first turn, weighted
+    # by the return chance (2 returns, no expiry yet: 3/4).
+    assert p.expected_decode_steps(req([3], session="c", out=50)) == pytest.approx(50 + 0.75 * 100)
+    # A session that has had more expects as much again.
+    assert p.expected_decode_steps(q, had=1000) == pytest.approx(100 + 0.75 * 1000)

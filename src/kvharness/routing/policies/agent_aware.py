@@ -19,14 +19,15 @@ context, separated by tool runs. The policy is built on four facts that follow:
                         + KV shortfall on r) / prefill rate of r
        contention(r) = context_cost x expected decode steps x resident context tokens on r
                         / prefill rate of r
-       burden(r)     = externality x requests running on r x tokens to prefill / prefill rate
+       burden(r)     = externality x requests on r x tokens to prefill / prefill rate
 
    ``contention``: every decode step reads the KV of every sequence in the batch, so co-resident
    context slows the session's own decode for as long as it runs; ``context_cost`` is a context
    token's KV read per step in prefill-token equivalents (about kv_bytes x prefill rate / HBM
    bandwidth). Expected decode steps: the mean output tokens per session so far, or what the
    session has already had when more (long sessions last). ``burden``: a chunked-prefill engine
-   runs the prefill inside the running requests' steps, so they all wait for it.
+   runs the prefill inside the steps of the requests already there (running, or batched with it
+   in the same step), so they all wait for it.
 4. **Moving has hysteresis.** A session with a home ``h`` stays unless the best replica ``b``
    costs less by more than ``move_slack_s`` and by a factor ``move_ratio``; ``b``'s cost
    includes re-prefilling the context, ``h``'s does not count the session's own context.
@@ -108,6 +109,7 @@ class AgentAware(Policy):
         self._former: OrderedDict[str, tuple[int, int]] = OrderedDict()  # -> (replica, output)
         self._out_total = 0  # output tokens of all session turns routed
         self._seen = 0  # distinct sessions routed
+        self._turns = 0  # session turns routed
 
     # --- estimates -------------------------------------------------------------------------
 
@@ -122,11 +124,11 @@ class AgentAware(Policy):
         return work / rate
 
     def burden(self, request: RouteRequest, r: ReplicaState, matched: int) -> float:
-        """Seconds the prefill of ``request`` on ``r`` adds to the requests already running there
-        (a chunked-prefill engine runs it inside their decode steps), times ``externality``."""
+        """Seconds the prefill of ``request`` on ``r`` adds to the requests already there, running
+        or queued (a chunked-prefill engine runs it inside their steps), times ``externality``."""
         new = max(0, request.prompt_tokens - matched * r.block_size)
         rate = r.prefill_tokens_per_s or self.default_prefill_tokens_per_s
-        return self.externality * r.running * new / rate
+        return self.externality * r.outstanding * new / rate
 
     def homed_sessions(self, replica: int) -> int:
         return self._sessions.get(replica, 0)
@@ -163,7 +165,7 @@ class AgentAware(Policy):
                 h = None
         if h in t:
             own = home.blocks if home is not None and not home.inflight else 0
-            steps = max(self.expected_decode_steps(), home.out if home is not None else 0)
+            steps = self.expected_decode_steps(request, home.out if home is not None else 0)
             cost = {
                 i: t[i]
                 + x[i]
@@ -201,10 +203,15 @@ class AgentAware(Policy):
         """Estimated chance that a session between turns sends another (Laplace-smoothed)."""
         return (self._returns + 1) / (self._returns + self._expiries + 2)
 
-    def expected_decode_steps(self) -> float:
-        """Mean output tokens per session so far: the decode steps a new session is expected to
-        need (a running session expects at least as many more as it has had: long ones last)."""
-        return self._out_total / self._seen if self._seen else 0.0
+    def expected_decode_steps(self, request: RouteRequest, had: int = 0) -> float:
+        """Decode steps the session of ``request`` is expected to run from now on: this turn's
+        output, plus, if it returns (:meth:`return_probability`), what later turns produce: the
+        mean output of a session beyond its first turn so far, or, when more, what the session
+        has had already (``had`` tokens: long sessions last)."""
+        later = 0.0
+        if self._seen and self._turns:
+            later = max(0.0, self._out_total / self._seen - self._out_total / self._turns)
+        return request.max_output_tokens + self.return_probability() * max(later, had)
 
     def _place(
         self,
@@ -219,7 +226,7 @@ class AgentAware(Policy):
         fits = [
             i for i in among if load[i] + need <= self.memory_target * replicas[i].capacity_blocks
         ]
-        steps = self.expected_decode_steps()
+        steps = self.expected_decode_steps(request)
         return min(
             fits or among,
             key=lambda i: (t[i] + x[i] + self.contention(replicas[i], steps, load[i]), i),
@@ -232,6 +239,7 @@ class AgentAware(Policy):
         if sid is None:
             return
         self._out_total += request.max_output_tokens
+        self._turns += 1
         home = self._homes.get(sid)
         if home is None:
             former = self._former.pop(sid, None)
