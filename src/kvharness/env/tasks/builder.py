@@ -5,10 +5,11 @@ sha256), unpack it, and for each target module run its test file once on the ori
 which tests pass (baseline). Then, in a seeded order, try mutation candidates
 (:mod:`.mutations`), at most one per function: run the baseline-passing tests that mention the
 mutated function (or, if none does, the whole file) with ``-x``; a mutant none of them catches, or
-one that hangs, is dropped. A caught mutant's FAIL_TO_PASS are the selected tests it fails (a
-seeded sample of at most ``max_fail_to_pass``), PASS_TO_PASS a seeded sample of the other baseline
-tests; both lists are then re-run on the original (all must pass) and on the mutant (every
-FAIL_TO_PASS must fail, every PASS_TO_PASS pass), and the task is kept only if they do.
+one that hangs, is dropped, as is one that stops the test module from importing. A caught mutant's FAIL_TO_PASS are
+the selected tests it fails (a seeded sample of at most ``max_fail_to_pass``), PASS_TO_PASS a
+seeded sample of the other baseline tests (those the mutant also fails are left out); both lists
+are then re-run twice on the mutant (every FAIL_TO_PASS must fail both times: failures that depend
+on chance are not bugs an agent can be judged on) and once on the original (all must pass).
 
 Every test run happens in the sandbox, with the venv the suite's tasks will be graded with.
 """
@@ -50,6 +51,7 @@ class BuildStats:
     tried: int = 0
     survived: int = 0
     hung: int = 0
+    broken: int = 0
     unverified: int = 0
     kept: int = 0
     test_runs: int = 0
@@ -223,16 +225,23 @@ def _try_candidate(
             stats.survived += 1
             return None
         full = runner.run(selection, timeout_s=timeout_s) if len(selection) > 1 else screen
-        failing = sorted(t for t in selection if not full.passed(t))
+        if any(full.outcomes[t] == "missing" for t in selection):
+            stats.broken += 1  # the test module did not even import: a poor task
+            return None
+        failing = sorted(t for t in selection if full.outcomes[t] in ("failed", "error"))
         f2p = sorted(rng.sample(failing, min(len(failing), spec.max_fail_to_pass)))
         rest = sorted(set(baseline) - set(failing))
         p2p = sorted(rng.sample(rest, min(len(rest), spec.max_pass_to_pass)))
-        check = runner.run([*f2p, *p2p], timeout_s=timeout_s)
-        p2p = [t for t in p2p if check.passed(t)]
-        if any(check.passed(t) for t in f2p) or check.command.timed_out:
+        # Twice: a mutant whose failures depend on chance (random seeds, timing) is dropped.
+        checks = [runner.run([*f2p, *p2p], timeout_s=timeout_s) for _ in range(2)]
+        p2p = [t for t in p2p if all(c.passed(t) for c in checks)]
+        if any(
+            c.command.timed_out or any(c.outcomes[t] not in ("failed", "error") for t in f2p)
+            for c in checks
+        ):
             stats.unverified += 1
             return None
-        messages = {t: check.messages.get(t, "") for t in f2p}
+        messages = {t: checks[0].messages.get(t, "") for t in f2p}
     finally:
         path.write_text(original)
     again = runner.run([*f2p, *p2p], timeout_s=timeout_s)
