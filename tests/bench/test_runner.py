@@ -139,3 +139,17 @@ def test_progress_bar_shows_live_counts(
     run_bench(bench_config([stub.url], _save(w, tmp_path)), tmp_path / "run", progress=True)
     err = capsys.readouterr().err
     assert "4/4" in err and "2 done" in err and "errors 0" in err, err
+
+
+def test_sessions_go_round_robin_over_targets(
+    tmp_path: Path, stub: StubServer, agent_workload: Callable[..., Workload],
+    bench_config: Callable[..., BenchConfig],
+) -> None:  # fmt: skip
+    w = agent_workload(sessions=4, turns=3, repo_tokens=200, gap=0.01, start_spacing=0.05)
+    with StubServer() as other:
+        res = run_bench(bench_config([stub.url, other.url], _save(w, tmp_path)), tmp_path / "run")
+        assert other.stats.requests == 6
+    assert stub.stats.requests == 6
+    by_session = {r.session: r.replica for r in res.records}
+    assert all(r.replica == by_session[r.session] for r in res.records)  # one target per session
+    assert [by_session[f"s{i}"] for i in range(4)] == [stub.url, other.url] * 2
