@@ -242,3 +242,22 @@ async def test_sessions_stick_and_index_learns_from_decisions(
         if line.startswith("kvharness_gateway_matched_prefix_ratio_sum")
     )
     assert ratio_sum > 6 * 3 * 0.5  # 18 later turns, each mostly matched
+
+
+async def test_engine_load_is_scraped(fake_backends: Any, gateways: Any) -> None:
+    (b,) = fake_backends(1)
+    gw = await gateways(backends=(b.url,), scrape_interval_s=0.1)
+    body = json.dumps({"messages": MSGS}).encode()
+    slow = [
+        asyncio.create_task(post(gw, "/v1/chat/completions", body, **{"x-fake-delay-ms": "1500"}))
+        for _ in range(3)
+    ]
+    s = gw.states[0]
+    for _ in range(40):
+        await asyncio.sleep(0.05)
+        if s.waiting == 2:
+            break
+    # The fake reports one running and the rest queued, KV usage 0.1 per request.
+    assert (s.running, s.waiting) == (1, 2)
+    assert s.used_blocks == round(0.3 * s.capacity_blocks)
+    assert [r[0] for r in await asyncio.gather(*slow)] == [200] * 3

@@ -118,6 +118,13 @@ def register(subparsers: Any) -> None:
         help="request header naming the agent session (default: x-session-id)",
     )
     a(
+        "--scrape-interval",
+        type=float,
+        default=0.0,
+        help="seconds between reads of each replica's vLLM /metrics (queued requests, KV usage); "
+        "0: off, load is then the gateway's own count of requests in flight",
+    )
+    a(
         "--verify-hashing-every",
         type=int,
         default=0,
@@ -172,6 +179,7 @@ def build_config(args: argparse.Namespace) -> Any:
             unhealthy_after=args.unhealthy_after,
             read_timeout_s=args.read_timeout,
             session_headers=tuple(h.lower() for h in args.session_header) or ("x-session-id",),
+            scrape_interval_s=args.scrape_interval,
             verify_hashing_every=args.verify_hashing_every,
         )
     except ValueError as err:

@@ -10,7 +10,15 @@ from dataclasses import dataclass
 
 import aiohttp
 
-__all__ = ["EngineInfo", "HealthChecker", "fetch_engine_info", "parse_cache_config"]
+__all__ = [
+    "EngineInfo",
+    "EngineLoad",
+    "HealthChecker",
+    "fetch_engine_info",
+    "fetch_engine_load",
+    "parse_cache_config",
+    "parse_engine_load",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +66,54 @@ async def fetch_engine_info(
             return parse_cache_config(await resp.text())
     except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
         return EngineInfo(None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """A replica's own view of its load (vLLM gauges), summed over its engines."""
+
+    running: int
+    waiting: int
+    kv_usage: float
+    """Fraction of KV blocks in use, in [0, 1]."""
+
+
+_GAUGE = re.compile(
+    r"^(vllm:num_requests_running|vllm:num_requests_waiting|vllm:kv_cache_usage_perc)"
+    r"(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
+    re.MULTILINE,
+)
+
+
+def parse_engine_load(metrics_text: str) -> EngineLoad | None:
+    """Running and waiting requests and KV usage from vLLM's Prometheus text (None if absent)."""
+    sums: dict[str, float] = {}
+    for name, value in _GAUGE.findall(metrics_text):
+        try:
+            sums[name] = sums.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    if "vllm:num_requests_running" not in sums:
+        return None
+    return EngineLoad(
+        int(sums["vllm:num_requests_running"]),
+        int(sums.get("vllm:num_requests_waiting", 0)),
+        min(1.0, max(0.0, sums.get("vllm:kv_cache_usage_perc", 0.0))),
+    )
+
+
+async def fetch_engine_load(
+    session: aiohttp.ClientSession, url: str, timeout_s: float = 2.0
+) -> EngineLoad | None:
+    try:
+        async with session.get(
+            url + "/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)
+        ) as resp:
+            if resp.status != 200:
+                return None
+            return parse_engine_load(await resp.text())
+    except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
+        return None
 
 
 class HealthChecker:

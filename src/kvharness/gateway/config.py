@@ -51,6 +51,9 @@ class GatewayConfig:
     """Longest silence from a replica while answering; None waits forever."""
     max_body_bytes: int = 64 * 1024 * 1024
     session_headers: tuple[str, ...] = ("x-session-id",)
+    scrape_interval_s: float = 0.0
+    """Read each replica's own load (vLLM /metrics: waiting requests, KV usage) this often; 0: off,
+    load is then the gateway's own count of requests in flight."""
     verify_hashing_every: int = 0
     """Check every n-th incremental tokenisation against a full one (0: never)."""
 

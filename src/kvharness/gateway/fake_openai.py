@@ -43,10 +43,17 @@ def make_app(
     block_size: int = 16, num_blocks: int = 1000, name: str = "", token_ms: float = 0.0
 ) -> web.Application:
     ids = itertools.count()
-    stats = {"requests": 0}
+    stats = {"requests": 0, "inflight": 0}
 
     async def generate(request: web.Request) -> web.StreamResponse:
         stats["requests"] += 1
+        stats["inflight"] += 1
+        try:
+            return await _generate(request)
+        finally:
+            stats["inflight"] -= 1
+
+    async def _generate(request: web.Request) -> web.StreamResponse:
         chat = request.path.endswith("/chat/completions")
         body = await request.json()
         delay = request.headers.get("x-fake-delay-ms")
@@ -121,6 +128,10 @@ def make_app(
             "# TYPE vllm:cache_config_info gauge\n"
             f'vllm:cache_config_info{{block_size="{block_size}",num_gpu_blocks="{num_blocks}"}} 1.0\n'
             f"fake_requests_total {stats['requests']}\n"
+            # As if the engine ran one request at a time and queued the rest.
+            f'vllm:num_requests_running{{engine="0"}} {min(1, stats["inflight"])}\n'
+            f'vllm:num_requests_waiting{{engine="0"}} {max(0, stats["inflight"] - 1)}\n'
+            f'vllm:kv_cache_usage_perc{{engine="0"}} {0.1 * stats["inflight"]}\n'
         )
         return web.Response(text=text)
 

@@ -151,9 +151,23 @@ class Router:
         i = flight.replica
         s = self.states[i]
         self.inflight[i] = max(0, self.inflight[i] - 1)
-        s.running = max(0, s.running - 1)
+        if s.running > 0:
+            s.running -= 1
+        else:
+            s.waiting = max(0, s.waiting - 1)
         s.used_blocks = max(0, s.used_blocks - flight.blocks)
         self.policy.on_finished(flight.request, i, now)
+
+    def observe_engine(self, i: int, waiting: int, kv_usage: float) -> None:
+        """The replica's own report: requests it has queued and the fraction of KV in use.
+
+        The gateway's in-flight count stays the total; the engine's queue splits it into running
+        and waiting, and its KV usage replaces the estimate from requests' sizes.
+        """
+        s = self.states[i]
+        s.waiting = max(0, min(waiting, self.inflight[i]))
+        s.running = self.inflight[i] - s.waiting
+        s.used_blocks = round(kv_usage * s.capacity_blocks)
 
     def set_healthy(self, i: int, healthy: bool) -> bool:
         """Mark replica ``i`` up or down; returns whether that changed anything.

@@ -24,7 +24,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kvharness.gateway.backends import HealthChecker, fetch_engine_info
+from kvharness.gateway.backends import HealthChecker, fetch_engine_info, fetch_engine_load
 from kvharness.gateway.config import GatewayConfig
 from kvharness.gateway.hashing import byte_chain_hashes
 from kvharness.gateway.kv_events import KVEventSubscriber
@@ -188,6 +188,8 @@ class Gateway:
             timeout_s=self.config.health_timeout_s,
         )
         self._tasks.append(asyncio.create_task(checker.run()))
+        if self.config.scrape_interval_s > 0:
+            self._tasks.append(asyncio.create_task(self._scrape_loop()))
         try:
             yield
         finally:
@@ -233,6 +235,15 @@ class Gateway:
             for s, info in zip(self.states, infos, strict=True):
                 if info.num_gpu_blocks:
                     s.capacity_blocks = info.num_gpu_blocks
+
+    async def _scrape_loop(self) -> None:
+        assert self._session is not None
+        while True:
+            loads = await asyncio.gather(*(fetch_engine_load(self._session, u) for u in self.urls))
+            for i, load in enumerate(loads):
+                if load is not None:
+                    self.router.observe_engine(i, load.waiting, load.kv_usage)
+            await asyncio.sleep(self.config.scrape_interval_s)
 
     def _set_block_size(self, bs: int) -> None:
         if bs == self.hasher.block_size:

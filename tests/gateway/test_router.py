@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from kvharness.engine.events import BlockStored
+from kvharness.gateway.backends import parse_cache_config, parse_engine_load
+from kvharness.gateway.router import NoReplica, Overloaded, Routed, Router
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, make_policy
+from kvharness.routing.index import PrefixIndex
+
+BS = 4
+
+
+def states(n: int) -> list[ReplicaState]:
+    return [ReplicaState(f"r{i}", capacity_blocks=100, block_size=BS) for i in range(n)]
+
+
+def req(hashes: Sequence[int] = (1, 2, 3), tokens: int = 14, rid: str = "q") -> RouteRequest:
+    return RouteRequest(rid, None, tuple(hashes), tokens, 6)
+
+
+class Always(Policy):
+    name = "always_test"
+
+    def __init__(self, pick: int) -> None:
+        self.pick = pick
+
+    def choose(
+        self,
+        request: RouteRequest,
+        replicas: Sequence[ReplicaState],
+        matched_blocks: Sequence[int],
+        now: float,
+    ) -> Decision:
+        return Decision(self.pick, "fixed")
+
+
+def test_overloaded_vs_no_replica() -> None:
+    r = Router(make_policy("least_outstanding"), states(2), PrefixIndex(2), max_queue=1)
+    a = r.route(req(), 0.0)
+    assert isinstance(a, Routed)
+    r.dispatched(req(), a, 0.0)
+    b = r.route(req(), 0.0)
+    assert isinstance(b, Routed) and b.replica != a.replica
+    r.dispatched(req(), b, 0.0)
+    assert r.route(req(), 0.0) == Overloaded(1.0)  # both full, both healthy
+    r.set_healthy(0, False)
+    r.set_healthy(1, False)
+    assert isinstance(r.route(req(), 0.0), NoReplica)
+
+
+def test_exclude_and_policy_contract_fallback() -> None:
+    index = PrefixIndex(3)
+    index.apply(2, BlockStored((1, 2), None))
+    r = Router(Always(0), states(3), index)
+    # The policy insists on replica 0, which is excluded: the router falls back to the longest
+    # cached prefix among the admissible ones.
+    out = r.route(req(), 0.0, exclude=frozenset({0}))
+    assert out == Routed(2, "fallback", 2)
+    assert r.states[0].healthy  # the temporary view was restored
+
+
+def test_bookkeeping_and_own_decisions_feed_the_index() -> None:
+    index = PrefixIndex(2)
+    r = Router(make_policy("round_robin"), states(2), index, event_fed=[True, False])
+    first = r.route(req(), 0.0)
+    assert isinstance(first, Routed)
+    flights = []
+    for t in range(2):
+        out = r.route(req(rid=str(t)), float(t))
+        assert isinstance(out, Routed)
+        flights.append(r.dispatched(req(rid=str(t)), out, float(t)))
+    # Replica 1 has no events: the router recorded the prompt there; replica 0 learns by events.
+    assert index.match((1, 2, 3)) == [0, 3]
+    s1 = r.states[flights[1].replica]
+    assert s1.running == 1 and s1.pending_prefill_tokens == 14 and s1.used_blocks == 5
+    r.first_token(flights[1], 2.0)
+    assert s1.pending_prefill_tokens == 0
+    r.finished(flights[1], 3.0)
+    assert s1.running == 0 and s1.used_blocks == 0 and r.inflight[flights[1].replica] == 0
+
+
+def test_prefill_rate_is_learned() -> None:
+    r = Router(make_policy("round_robin"), states(1), PrefixIndex(1))
+    out = r.route(req(hashes=(), tokens=400), 0.0)
+    assert isinstance(out, Routed)
+    f = r.dispatched(req(hashes=(), tokens=400), out, 10.0)
+    r.first_token(f, 10.5)
+    assert r.states[0].prefill_tokens_per_s == pytest.approx(800.0)
+
+
+def test_down_replica_loses_its_index_entries() -> None:
+    index = PrefixIndex(2)
+    index.apply(1, BlockStored((1, 2), None))
+    r = Router(make_policy("round_robin"), states(2), index)
+    assert r.set_healthy(1, False) and not r.set_healthy(1, False)
+    assert index.cached_blocks(1) == 0
+
+
+def test_engine_load_splits_in_flight() -> None:
+    r = Router(make_policy("round_robin"), states(1), PrefixIndex(1))
+    for t in range(3):
+        out = r.route(req(rid=str(t)), 0.0)
+        assert isinstance(out, Routed)
+        r.dispatched(req(rid=str(t)), out, 0.0)
+    r.observe_engine(0, waiting=5, kv_usage=0.5)
+    s = r.states[0]
+    assert (s.running, s.waiting, s.used_blocks) == (0, 3, 50)
+
+
+def test_index_size_mismatch_is_refused() -> None:
+    with pytest.raises(ValueError, match="index has 1 replicas"):
+        Router(make_policy("round_robin"), states(2), PrefixIndex(1))
+
+
+def test_parse_vllm_metrics() -> None:
+    text = (
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 2.0\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
+        'vllm:cache_config_info{block_size="128",num_gpu_blocks="7000"} 1.0\n'
+    )
+    load = parse_engine_load(text)
+    assert load is not None and (load.running, load.waiting, load.kv_usage) == (3, 2, 0.25)
+    info = parse_cache_config(text)
+    assert (info.block_size, info.num_gpu_blocks) == (128, 7000)
+    assert parse_engine_load("nothing") is None
+    assert parse_cache_config("nothing").block_size is None
