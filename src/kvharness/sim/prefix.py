@@ -11,6 +11,8 @@ the live gateway uses.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import accumulate, repeat
+from operator import and_
 
 from kvharness.engine.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 
@@ -33,8 +35,7 @@ class MaskIndex:
             if isinstance(e, BlockStored):
                 m = self._cpu if e.medium is not None and e.medium.upper() == "CPU" else self._gpu
                 get = m.get
-                for h in e.block_hashes:
-                    m[h] = get(h, 0) | bit
+                m.update({h: get(h, 0) | bit for h in e.block_hashes})
             elif isinstance(e, BlockRemoved):
                 m = self._cpu if e.medium is not None and e.medium.upper() == "CPU" else self._gpu
                 keep = ~bit
@@ -63,19 +64,20 @@ class MaskIndex:
         if cpu:
             masks = [gpu.get(h, 0) | cpu.get(h, 0) for h in hashes]
         else:
-            masks = list(map(gpu.get, hashes, [0] * len(hashes)))
-        alive = masks[0]
-        depth = 0
-        for m in masks:
-            if not alive:
+            masks = list(map(gpu.get, hashes, repeat(0, len(hashes))))
+        # Replicas holding every block so far: a running AND, numerically non-increasing, so
+        # each value it takes is one contiguous run (found by count(), at C speed).
+        cum = list(accumulate(masks, and_))
+        n = len(cum)
+        i = 0
+        while i < n:
+            v = cum[i]
+            if not v:
                 break
-            nxt = alive & m
-            if nxt != alive:
-                _set(out, alive & ~nxt, depth)
-                alive = nxt
-            depth += 1
-        if alive:
-            _set(out, alive, depth)
+            j = i + cum.count(v)
+            nxt = cum[j] if j < n else 0
+            _set(out, v & ~nxt, j)
+            i = j
         return out
 
 
