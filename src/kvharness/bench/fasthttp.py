@@ -286,7 +286,7 @@ class FastTransport:
         self._connect_timeout = connect_timeout
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
         self._all: set[_Conn] = set()
-        self._heads: dict[tuple[str, int, str], bytes] = {}
+        self._heads: dict[str, tuple[str, int, bytes]] = {}
 
     def _release(self, conn: _Conn) -> None:
         self._idle.setdefault(conn.key, []).append(conn)
@@ -301,19 +301,18 @@ class FastTransport:
         return conn
 
     def _head(self, url: str, length: int) -> tuple[str, int, bytes]:
-        parts = urlsplit(url)
-        if parts.scheme != "http":
-            raise ValueError(f"FastTransport speaks plain http only, not {url!r}")
-        host = parts.hostname or "127.0.0.1"
-        port = parts.port or 80
-        key = (host, port, parts.path)
-        head = self._heads.get(key)
-        if head is None:
-            head = self._heads[key] = (
+        known = self._heads.get(url)
+        if known is None:
+            parts = urlsplit(url)
+            if parts.scheme != "http":
+                raise ValueError(f"FastTransport speaks plain http only, not {url!r}")
+            head = (
                 f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
                 "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
                 "Content-Length: "
             ).encode()
+            known = self._heads[url] = (parts.hostname or "127.0.0.1", parts.port or 80, head)
+        host, port, head = known
         return host, port, head + b"%d\r\n\r\n" % length
 
     async def stream(self, url: str, body: bytes) -> Outcome:
