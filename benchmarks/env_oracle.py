@@ -60,10 +60,12 @@ async def _run(args: argparse.Namespace, url: str, model: str | None) -> None:
     calls = [c.call for ep in episodes for c in ep.calls]
     prompt = sum(c.prompt_tokens for c in calls)
     cached = sum(c.cached_tokens or 0 for c in calls)
-    print(f"{'task':<40} {'reward':>7} {'grading s (each submit)':>30}")
+    print(f"{'episode':<24} {'reward':>7} {'scores':>12} {'grading s (each submit)':>26}")
     for ep in episodes:
         times = " ".join(f"{g:.2f}" for g in grading[ep.task_id])
-        print(f"{ep.episode:<40} {ep.reward:7.3f} {times:>30}")
+        scores = " ".join(f"{s.score:.2f}" for s in ep.submissions)
+        note = f"  ERROR {ep.error}" if ep.error else ""
+        print(f"{ep.episode:<24} {ep.reward:7.3f} {scores:>12} {times:>26}{note}")
     all_grading = [g for gs in grading.values() for g in gs]
     mean_reward = statistics.fmean(ep.reward for ep in episodes)
     print(

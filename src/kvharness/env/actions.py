@@ -102,7 +102,7 @@ _DESCRIPTIONS = {
     "edit_file": "Replace the exact text `search` (which must occur exactly once in the file) by "
     "`replace`. With an empty `search`, create a new file whose content is `replace`.",
     "search": "Search the repository for lines matching a regular expression (grep -E); "
-    "optionally only under `path`.",
+    "optionally only under `path`. Shows the first 100 matching lines.",
     "submit": "Submit the repository's current state: it is graded against hidden tests and the "
     "score (fraction of the failing tests now passing, 0 if a passing test broke) is returned. "
     "You may submit more than once, within a budget.",

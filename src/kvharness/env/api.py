@@ -183,7 +183,7 @@ class _Episode:
                 where = str(target.relative_to(self.repo.resolve())) or "."
             cmd = (
                 f"grep -rnIE --exclude-dir=.git -- {shlex.quote(action.pattern)} "
-                f"{shlex.quote(where)} | head -n 200"
+                f"{shlex.quote(where)} | head -n {_SEARCH_LINES} | cut -c 1-{_SEARCH_WIDTH}"
             )
             result = yield _Run(f"set -o pipefail; {cmd}")
             assert isinstance(result, CommandResult)
@@ -232,6 +232,8 @@ class _Episode:
 
 
 _MAX_EDIT_BYTES = 8 << 20
+_SEARCH_LINES = 100
+_SEARCH_WIDTH = 300
 
 
 def _grading_error(err: BaseException) -> ActionError:

@@ -95,10 +95,15 @@ class _Scripted(Agent):
         return [action]
 
 
-def _search_term(text: str) -> str:
-    """A plain identifier from the mutated source, as an exploring agent would grep for."""
-    words = [w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]{2,}", text) if w not in _KEYWORDS]
-    return max(words, key=len) if words else "def "
+def _search_term(text: str, source: str) -> str:
+    """An identifier of the mutated lines to grep for, as an exploring agent would: the one
+    rarest in the file ``source`` (then the longest), so the answer stays short."""
+    found: list[str] = re.findall(r"[A-Za-z_][A-Za-z0-9_]{2,}", text)
+    words = {w for w in found if w not in _KEYWORDS}
+    if not words:
+        return "def "
+    ranked = sorted(sorted(words), key=lambda w: (source.count(w), -len(w)))
+    return ranked[0]
 
 
 _KEYWORDS = frozenset(
@@ -131,32 +136,57 @@ _KEYWORDS = frozenset(
 
 
 class OracleAgent(_Scripted):
-    """Explore, submit a wrong attempt, apply the known fix, submit (see module docstring)."""
+    """Explore, submit a wrong attempt, apply the known fix, submit (see module docstring).
+
+    Both edits are small, as an agent's would be: a snippet around the mutated lines, widened
+    line by line until it occurs once in the file. The wrong attempt puts a comment line above
+    the snippet (no behaviour change); the fix replaces comment and snippet by the original
+    lines. Where the snippet cannot be located, the edits fall back to the whole file.
+    """
 
     name = "oracle"
+    MARKER = "# kvharness oracle: first attempt\n"
 
     def script(self) -> list[Action]:
         mut = self.task.mutation
         fixed = (self.task.fix_dir / mut.file).read_text()
         current = (self.task.repo_dir / mut.file).read_text()
-        marker = "# kvharness oracle: first attempt\n"
+        ctx, fixed_ctx = fix_snippets(current, fixed, mut.line, mut.mutated, mut.original)
         return [
             Bash("ls"),
-            Search(_search_term(mut.mutated), None),
+            Search(_search_term(mut.mutated, current), None),
             ReadFile(mut.file),
-            _prepend(mut.file, current, marker),
+            EditFile(mut.file, ctx, self.MARKER + ctx),
             Submit(),
-            EditFile(mut.file, marker + current, fixed),
+            EditFile(mut.file, self.MARKER + ctx, fixed_ctx),
             Submit(),
         ]
 
 
-def _prepend(path: str, current: str, marker: str) -> EditFile:
-    """An edit that changes nothing the tests can see: a comment line before the file."""
-    first = current.splitlines(keepends=True)[0] if current else ""
-    if current.count(first) == 1 and first:
-        return EditFile(path, first, marker + first)
-    return EditFile(path, current, marker + current)
+def fix_snippets(
+    current: str, fixed: str, line: int, mutated: str, original: str
+) -> tuple[str, str]:
+    """``(snippet, fixed snippet)``: a snippet of ``current`` that occurs once, covers the
+    mutated lines (starting at 1-based ``line``) and turns ``current`` into ``fixed`` when
+    replaced by the fixed snippet; the whole files when no such snippet is found."""
+    cur = current.splitlines(keepends=True)
+    n = len(mutated.splitlines()) or 1
+    m = len(original.splitlines()) or 1
+    start = line - 1
+    orig_lines = fixed.splitlines(keepends=True)
+    if start >= 0 and start + n <= len(cur) and start + m <= len(orig_lines):
+        lo, hi = start, start + n
+        while True:
+            ctx = "".join(cur[lo:hi])
+            fixed_ctx = "".join(cur[lo:start] + orig_lines[start : start + m] + cur[start + n : hi])
+            if ctx.strip() and current.count(ctx) == 1:
+                if current.replace(ctx, fixed_ctx) == fixed:
+                    return ctx, fixed_ctx
+                break
+            if lo == 0 and hi == len(cur):
+                break
+            lo, hi = max(lo - 1, 0), min(hi + 1, len(cur))
+    return current, fixed
 
 
 class NoopAgent(_Scripted):
