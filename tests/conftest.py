@@ -76,3 +76,14 @@ def vllm_factory(vllm_config: ReplicaConfig) -> Iterator[Callable[..., VllmRepli
 
 def _fields(cfg: ReplicaConfig) -> dict[str, Any]:
     return {name: getattr(cfg, name) for name in cfg.__dataclass_fields__}
+
+
+_VLLM_FIXTURES = {"vllm_pool", "vllm_replicas", "vllm_factory"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that use a real engine carry the ``vllm`` marker even if their author forgot it,
+    so that ``pytest -m "not vllm"`` (``make unit``) leaves them all out."""
+    for item in items:
+        if _VLLM_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.vllm)
