@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -80,6 +81,7 @@ def measure(url: str, n: int, turns: int, think: float, out: Path) -> dict[str, 
         "ttft_p99_ms": float(np.percentile(ttft, 99)) * 1e3,
         "wall_s": wall,
         "cpu_us_per_req": res.client_cpu_s / max(1, res.attempts_last_pass) * 1e6,
+        "cpu_s": res.client_cpu_s,
     }
 
 
@@ -87,7 +89,17 @@ PEERS = REPO / ".cache" / "peers-venv" / "bin"
 TOKENIZER = REPO / ".cache" / "tiny-llama"  # AIPerf and GuideLLM need one; the tiny model's
 
 
-def run_aiperf(url: str, n: int, turns: int, think: float, cpu: int, out: Path) -> str:
+def _child_cpu(cmd: list[str], cwd: Path | None = None) -> float:
+    """Run a peer to completion; the CPU seconds it and its children used (user + system)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, capture_output=True, timeout=900, check=False, cwd=cwd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def run_aiperf(
+    url: str, n: int, turns: int, think: float, cpu: int, out: Path
+) -> tuple[str, float, int]:
     """AIPerf 0.13: n multi-turn chat conversations at concurrency n, think time between turns."""
     cmd = [
         "taskset", "-c", str(cpu), str(PEERS / "aiperf"), "profile", "--model", "stub",
@@ -98,18 +110,20 @@ def run_aiperf(url: str, n: int, turns: int, think: float, cpu: int, out: Path) 
         "--ui-type", "none", "--output-artifact-dir", str(out), "--no-server-metrics",
         "--no-gpu-telemetry",
     ]  # fmt: skip
-    subprocess.run(cmd, capture_output=True, timeout=900, check=False)
+    cpu = _child_cpu(cmd)
     try:
         d = json.loads((out / "profile_export_aiperf.json").read_text())
     except (OSError, ValueError):
-        return "no result (see its logs)"
+        return "no result (see its logs)", cpu, 0
     t = d["time_to_first_token"]
     ok = d["request_count"]["avg"]
     return (f"{ok:>6.0f} ok {d['request_throughput']['avg']:>6.0f} req/s  TTFT p50 "
-            f"{t['p50']:>7.2f}ms p99 {t['p99']:>7.2f}ms")  # fmt: skip
+            f"{t['p50']:>7.2f}ms p99 {t['p99']:>7.2f}ms  CPU {cpu:.1f}s"), cpu, int(ok)  # fmt: skip
 
 
-def run_guidellm(url: str, n: int, turns: int, think: float, cpu: int, out: Path) -> str:
+def run_guidellm(
+    url: str, n: int, turns: int, think: float, cpu: int, out: Path
+) -> tuple[str, float, int]:
     """GuideLLM 0.8.1: constant n/think requests/s (what n sessions send), n*turns requests; it
     has no closed-loop sessions with think time, so the request rate is matched instead."""
     out.mkdir(parents=True, exist_ok=True)
@@ -123,16 +137,16 @@ def run_guidellm(url: str, n: int, turns: int, think: float, cpu: int, out: Path
         "--data", "kind=synthetic_text,prompt_tokens=1000,output_tokens=8",
         "--output", f"kind=json,path={out / 'out.json'}", "--disable-console-interactive",
     ]  # fmt: skip
-    subprocess.run(cmd, capture_output=True, timeout=900, check=False, cwd=out)
+    cpu = _child_cpu(cmd, cwd=out)
     try:
         b = json.loads((out / "out.json").read_text())["benchmarks"][0]["metrics"]
     except (OSError, ValueError, KeyError, IndexError):
-        return "no result"
+        return "no result", cpu, 0
     t = b["time_to_first_token_ms"]["successful"]
     lag = b["request_dispatch_delay"]["successful"]["percentiles"]["p99"]
     return (f"{t['count']:>6} ok {b['requests_per_second']['successful']['mean']:>6.0f} req/s  "
             f"TTFT p50 {t['percentiles']['p50']:>7.2f}ms p99 {t['percentiles']['p99']:>7.2f}ms  "
-            f"dispatch delay p99 {lag:.4g}")  # fmt: skip
+            f"dispatch p99 {lag * 1e3:.1f}ms  CPU {cpu:.1f}s"), cpu, int(t["count"])  # fmt: skip
 
 
 def peers(url: str, counts: list[int], turns: int, think: float, cpu: int) -> None:
@@ -142,9 +156,15 @@ def peers(url: str, counts: list[int], turns: int, think: float, cpu: int) -> No
         return
     with tempfile.TemporaryDirectory() as tmp:
         for name, fn in (("AIPerf 0.13", run_aiperf), ("GuideLLM 0.8.1", run_guidellm)):
+            runs = []
             for n in counts:
-                line = fn(url, n, turns, think, cpu, Path(tmp) / f"{name[:3]}{n}")
+                line, used, reqs = fn(url, n, turns, think, cpu, Path(tmp) / f"{name[:3]}{n}")
+                runs.append((used, reqs))
                 print(f"{name:<15} {n:>5} sessions: {line}", flush=True)
+            (c0, r0), (c1, r1) = runs[0], runs[-1]
+            if r1 > r0:
+                print(f"{name:<15} marginal CPU per request ({counts[0]} -> {counts[-1]} sessions): "
+                      f"{(c1 - c0) / (r1 - r0) * 1e6:,.0f} us", flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -168,6 +188,7 @@ def main() -> None:
     floor = None
     best = 0
     cpu_costs = []
+    ours: list[tuple[float, int]] = []
     try:
         if args.peers:
             peers(url, [int(x) for x in args.peers.split(",")], args.turns, args.think,
@@ -183,6 +204,7 @@ def main() -> None:
                     best = max(best, n)
                 if n >= 500:
                     cpu_costs.append(m["cpu_us_per_req"])
+                ours.append((m["cpu_s"], int(m["turns_ok"])))
                 print(f"{n:>8} {m['turns_ok']:>7} {m['failed']:>5} {m['req_per_s']:>7.0f} "
                       f"{m['lag_p50_ms']:>6.2f}ms {m['lag_p99_ms']:>6.2f}ms "
                       f"{m['ttft_p50_ms']:>7.2f}ms {m['ttft_p99_ms']:>7.2f}ms "
@@ -194,6 +216,9 @@ def main() -> None:
     print(f"kvharness bench: {best} concurrent sessions on one core within send lag p99 < 5 ms "
           f"and TTFT p99 <= floor ({floor:.2f} ms) + 5 ms; load average now "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    if len(ours) >= 2 and ours[-1][1] > ours[0][1]:
+        (c0, r0), (c1, r1) = ours[0], ours[-1]
+        print(f"kvharness bench marginal CPU per request: {(c1 - c0) / (r1 - r0) * 1e6:,.0f} us")
     if cpu_costs:
         cost = float(np.median(cpu_costs))
         per_session = 1.0 / (args.think + 0.001)  # requests/s one session sends at think time
