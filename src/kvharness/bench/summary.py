@@ -27,6 +27,9 @@ class QuickStats(NamedTuple):
     ttft_p50: float | None
     ttft_p99: float | None
     e2e_mean: float | None
+    ttft_intended_p50: float | None
+    """TTFT measured from when the turn should have gone out (coordinated-omission free)."""
+    ttft_intended_p99: float | None
     cached_ratio: float | None
     ideal_ratio: float | None
     lag_p50: float | None
@@ -42,6 +45,7 @@ def quick_stats(records: Sequence[TurnRecord]) -> QuickStats:
     ok = [r for r in records if r.ok]
     ttft = np.array([r.first_token - r.sent for r in ok if r.first_token is not None])
     e2e = np.array([r.done - r.sent for r in ok if r.done is not None])
+    ttft_i = np.array([r.first_token - r.intended for r in ok if r.first_token is not None])
     lag = np.array([r.sent - r.intended for r in records])
     rep = [r for r in ok if r.cached_tokens is not None]
     prompt = sum(r.prompt_tokens for r in rep)
@@ -52,6 +56,8 @@ def quick_stats(records: Sequence[TurnRecord]) -> QuickStats:
         ttft_p50=_pct(ttft, 50),
         ttft_p99=_pct(ttft, 99),
         e2e_mean=float(e2e.mean()) if e2e.size else None,
+        ttft_intended_p50=_pct(ttft_i, 50),
+        ttft_intended_p99=_pct(ttft_i, 99),
         cached_ratio=sum(r.cached_tokens or 0 for r in rep) / prompt if prompt else None,
         ideal_ratio=sum(r.ideal_cached_tokens for r in rep) / prompt if prompt else None,
         lag_p50=_pct(lag, 50),
@@ -79,6 +85,8 @@ def _client_table(labels: Sequence[str], stats: Sequence[QuickStats]) -> Table:
         ("TTFT mean", lambda s: _ms(s.ttft_mean)),
         ("TTFT p50", lambda s: _ms(s.ttft_p50)),
         ("TTFT p99", lambda s: _ms(s.ttft_p99)),
+        ("TTFT from intended p50", lambda s: _ms(s.ttft_intended_p50)),
+        ("TTFT from intended p99", lambda s: _ms(s.ttft_intended_p99)),
         ("end-to-end mean", lambda s: _ms(s.e2e_mean)),
         ("cached / prompt tokens", lambda s: _ratio(s.cached_ratio)),
         ("ideal cached / prompt", lambda s: _ratio(s.ideal_ratio)),
