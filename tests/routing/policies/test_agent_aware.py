@@ -159,7 +159,7 @@ def test_burden_on_requests_already_there_steers_big_prefills_away(
     reps = cluster(2)
     big = req(list(range(500)))  # 8,000 tokens to prefill: 0.8 s at 10,000 tokens/s
     reps[0].running, reps[0].waiting = 2, 1
-    assert p.burden(big, reps[0], 0) == pytest.approx(0.3 * 3 * 0.8)
+    assert p.burden(big, reps[0], 0) == pytest.approx(1.0 * 3 * 0.8)
     assert p.burden(big, reps[0], 500) == 0.0  # all cached: nothing to prefill
     # Same wait either way; r1 has nobody to hold up.
     assert p.choose(big, reps, [0, 0], 0.0) == (1, "least_time")

@@ -81,7 +81,7 @@ class AgentAware(Policy):
         default_prefill_tokens_per_s: float = 10_000.0,
         rehome_fraction: float = 0.5,
         max_former_sessions: int = 100_000,
-        externality: float = 0.3,
+        externality: float = 1.0,
     ) -> None:
         if context_cost < 0 or move_ratio < 1 or default_prefill_tokens_per_s <= 0:
             raise ValueError("need context_cost >= 0, move_ratio >= 1, a positive default rate")
@@ -182,7 +182,7 @@ class AgentAware(Policy):
             ):
                 return Decision(b, "spill" if t[h] > t[b] else "rebalance")
             return Decision(h, "affinity")
-        return Decision(self._place(request, replicas, among, t, x), "place")
+        return Decision(self._place(request, replicas, matched_blocks, among, t, x), "place")
 
     def resident_blocks(self, replica: int, r: ReplicaState, exclude: int = 0) -> float:
         """Context a session on ``r`` will share decode steps with: KV of the requests running
@@ -217,14 +217,18 @@ class AgentAware(Policy):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        matched: Sequence[int],
         among: list[int],
         t: dict[int, float],
         x: dict[int, float],
     ) -> int:
         need = self._context_blocks(request)
         load = {i: self.resident_blocks(i, replicas[i]) for i in among}
+        # Blocks already cached there need no room (they are resident either way).
         fits = [
-            i for i in among if load[i] + need <= self.memory_target * replicas[i].capacity_blocks
+            i
+            for i in among
+            if load[i] + need - matched[i] <= self.memory_target * replicas[i].capacity_blocks
         ]
         steps = self.expected_decode_steps(request)
         return min(
