@@ -114,6 +114,12 @@ def test_mutation_operators_rewrite_one_spot_keeping_the_rest() -> None:
     assert all(c.line > 1 for c in mut.candidates(SOURCE))
 
 
+def test_negating_a_not_removes_it() -> None:
+    source = "def g(x):\n    if not x:\n        return 1\n"
+    (cand,) = [c for c in mut.candidates(source) if c.operator == "negate"]
+    assert mut.apply(source, cand)[0] == "def g(x):\n    if x:\n        return 1\n"
+
+
 def test_drop_if_removes_the_branch() -> None:
     (cand,) = [c for c in mut.candidates(SOURCE) if c.operator == "drop_if"]
     mutated, first, last = mut.apply(SOURCE, cand)

@@ -170,7 +170,13 @@ def _mutate_node(node: ast.AST, cand: Candidate) -> ast.AST:
         elif new.upper is not None:
             new.upper = ast.BinOp(new.upper, ast.Sub(), ast.Constant(1))
     elif op == "negate" and isinstance(new, ast.If | ast.While):
-        new.test = ast.UnaryOp(ast.Not(), new.test)
+        test = new.test
+        is_not = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+        new.test = (
+            test.operand
+            if isinstance(test, ast.UnaryOp) and is_not
+            else ast.UnaryOp(ast.Not(), test)
+        )
     elif op == "drop_if" and isinstance(new, ast.If):
         return ast.Pass()
     elif op == "swap_args" and isinstance(new, ast.Call):
@@ -270,8 +276,12 @@ def _edit_options(src: _Source, node: ast.AST, new: ast.AST, cand: Candidate) ->
             [(src.begin(bound), src.end(bound), f"({text}){delta}")],
         ]
     if op == "negate" and isinstance(node, ast.If | ast.While):
-        text = src.text(node.test)
         span = (src.begin(node.test), src.end(node.test))
+        test = node.test
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):  # `not x` -> `x`
+            text = src.text(test.operand)
+            return [[(*span, text)], [(*span, f"({text})")]]
+        text = src.text(test)
         return [[(*span, f"not {text}")], [(*span, f"not ({text})")]]
     if op == "drop_if" and isinstance(node, ast.If):
         return [[(src.begin(node), src.end(node), "pass")]]
