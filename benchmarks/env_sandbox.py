@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -91,6 +92,8 @@ def main() -> None:
         if not (args.suite / "suite.json").exists():
             build_suite(SMOKE_SUITE, args.suite, venv=venv, cache=REPO / ".cache" / "sdists")
     tasks = load_suite(args.suite)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"machine: {os.cpu_count()} CPUs, load average {load} (figures scale with load)")
     with tempfile.TemporaryDirectory() as tmp:
         repo = tasks[0].checkout(Path(tmp) / "repo")
         overhead(args.runs, venv, repo)
