@@ -38,8 +38,12 @@ def synthetic(replicas: int) -> Workload:
     )
 
 
-def measure(wl: Workload, replicas: int, load: float, policy: str) -> str:
-    cluster = parse_cluster(f"{replicas}xH200:llama-3.3-70b", block_size=wl.block_size)
+def measure(
+    wl: Workload, replicas: int, load: float, policy: str, block_size: int | None = None
+) -> str:
+    cluster = parse_cluster(
+        f"{replicas}xH200:llama-3.3-70b", block_size=block_size or wl.block_size
+    )
     sim = Simulator(wl, SimConfig(cluster, policy, load=load))
     t0, c0 = time.perf_counter(), time.process_time()
     res = sim.run()
@@ -72,6 +76,9 @@ def main() -> None:
         default=None,
         help="arrival multiplier for the trace (default: replicas / 4)",
     )
+    ap.add_argument(
+        "--block-size", type=int, default=None, help="engine block size (default: the workload's)"
+    )
     ap.add_argument("--policy", default="round_robin", help="routing policies, comma-separated")
     args = ap.parse_args()
     sizes = [int(x) for x in args.replicas.split(",")]
@@ -83,9 +90,12 @@ def main() -> None:
             print(head)
             for n in sizes:
                 if trace is not None:
-                    print(measure(trace, n, args.trace_load or n / 4, policy), flush=True)
+                    print(
+                        measure(trace, n, args.trace_load or n / 4, policy, args.block_size),
+                        flush=True,
+                    )
                 else:
-                    print(measure(synthetic(n), n, 1.0, policy), flush=True)
+                    print(measure(synthetic(n), n, 1.0, policy, args.block_size), flush=True)
 
 
 if __name__ == "__main__":
