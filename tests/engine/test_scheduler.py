@@ -151,3 +151,30 @@ def test_tool_ttl_quantile() -> None:
     t.observe("read", 0.1)
     assert t.ttl("bash") == 3.0  # index int(0.5 * 4) of the sorted gaps
     assert t.ttl("read") == 2.0  # too few samples: all tools' gaps
+
+
+def test_cpu_tier_brings_evicted_blocks_back_at_pcie_cost(request_: Req) -> None:
+    from kvharness.engine.block_pool import BlockPool
+    from kvharness.engine.events import BlockStored
+    from kvharness.engine.eviction import CpuTier, make_eviction
+    from kvharness.engine.scheduler import SchedulerConfig
+
+    tier = CpuTier(capacity=8, block_bytes=1e6, bandwidth=1e9)
+    tier.events_enabled = True
+    pool = BlockPool(4, 4, events=True, on_evict=tier.put)
+    s = Scheduler(pool, SchedulerConfig(64, 8), make_eviction("lru"), tier)
+    a = request_("a", 12, 1, (1, 2, 3))
+    s.add(a)
+    s.postprocess(s.schedule(0.0), 1.0)
+    b = request_("b", 16, 1, (7, 8, 9, 10))  # takes every block: a's three are evicted
+    s.add(b)
+    s.postprocess(s.schedule(1.0), 2.0)
+    assert all(h in tier for h in (1, 2, 3))
+    assert pool.match([1, 2, 3]) == []
+    again = request_("c", 13, 1, (1, 2, 3))
+    s.add(again)
+    plan = s.schedule(2.0)
+    assert again.cached_tokens == 12 and plan.items[0][1] == 1
+    assert plan.load_seconds == pytest.approx(3 * 1e6 / 1e9)
+    assert any(isinstance(e, BlockStored) and e.medium == "CPU" for e in tier.drain_events())
+    assert pool.match([1, 2, 3]) != []  # back on the device, findable again
