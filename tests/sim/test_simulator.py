@@ -71,9 +71,11 @@ def test_synthetic_end_to_end(small: Workload) -> None:
     assert res.events < res.engine_steps  # decode runs cost one event, not one per step
 
 
-def test_jump_gives_the_same_records_as_stepping(small: Workload) -> None:
-    a = run(small, "3xH200:llama-3.1-8b", jump=True, num_blocks=400)
-    b = run(small, "3xH200:llama-3.1-8b", jump=False, num_blocks=400)
+@pytest.mark.parametrize(("eviction", "cpu"), [("lru", 0), ("ttl", 0), ("lru", 1000)])
+def test_jump_gives_the_same_records_as_stepping(small: Workload, eviction: str, cpu: int) -> None:
+    kw = {"num_blocks": 400, "eviction": eviction, "cpu_tier_blocks": cpu, "load": 4.0}
+    a = run(small, "2xH200:llama-3.1-8b", "session", jump=True, **kw)
+    b = run(small, "2xH200:llama-3.1-8b", "session", jump=False, **kw)
     assert a.engine_steps == b.engine_steps and a.events < b.events / 3
     assert len(a.records) == len(b.records)
     for x, y in zip(a.records, b.records, strict=True):

@@ -166,6 +166,8 @@ class Replica:
         if not sched.has_work:
             return
         plan = sched.schedule(now)
+        if not plan.items and plan.preempted:
+            plan = sched.schedule(now)  # the batch preempted itself: re-admit from the queue
         if not plan.items:
             if sched.running or not sched.waiting:
                 raise RuntimeError(f"{self.name}: nothing schedulable with work queued")

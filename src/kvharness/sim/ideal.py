@@ -44,8 +44,9 @@ class SessionIdealCache:
         start = 0
         prev = self._last.get(session) if session is not None else None
         if prev is not None:
-            start = min(_common_prefix(prev.hashes, hashes), prev.num_full_blocks)
-            start = min(start, chain.num_full_blocks)
+            k = min(prev.num_full_blocks, chain.num_full_blocks)
+            # Usually the previous prompt's full blocks are a prefix of this one: one comparison.
+            start = k if prev.hashes[:k] == hashes[:k] else _common_prefix(prev.hashes[:k], hashes)
         bs = chain.block_size
         tokens = start * bs
         blocks = start
