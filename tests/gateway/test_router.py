@@ -60,6 +60,7 @@ def test_exclude_and_policy_contract_fallback() -> None:
     out = r.route(req(), 0.0, exclude=frozenset({0}))
     assert out == Routed(2, "fallback", 2)
     assert r.states[0].healthy  # the temporary view was restored
+    assert [s.cached_blocks for s in r.states] == [0, 0, 2]  # the policy saw the index's sizes
 
 
 def test_bookkeeping_and_own_decisions_feed_the_index() -> None:

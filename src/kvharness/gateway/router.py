@@ -95,6 +95,8 @@ class Router:
                 return Overloaded(self.retry_after_s)
             return NoReplica(len(exclude))
         matched = self.index.match(request.block_hashes)
+        for i, s in enumerate(states):
+            s.cached_blocks = self.index.cached_blocks(i)
         health = [s.healthy for s in states]
         try:
             for s, good in zip(states, ok, strict=True):
