@@ -290,3 +290,29 @@ def test_scripted_agents_on_real_tasks(smoke_suite: list[Task]) -> None:
         assert _play(env, CheatAgent(task)) == [0.0], task.id
         assert env.episode_reward() == 0.0
         env.close()
+
+
+def test_episode_copies_are_removed_on_close_reset_exit_and_gc(task: Task) -> None:
+    import gc
+
+    with CodingEnv(task, config()) as env:
+        env.reset()
+        first = env.repo
+        env.reset()  # a new episode replaces the old copy
+        assert not first.exists() and env.repo.exists()
+        second = env.repo
+    assert not second.exists()
+    dropped = CodingEnv(task, config())
+    dropped.reset()
+    third = dropped.repo
+    del dropped
+    gc.collect()
+    assert not third.exists()
+
+
+async def test_async_env_context_manager(task: Task) -> None:
+    async with AsyncCodingEnv(task, config()) as env:
+        await env.reset()
+        repo = env.repo
+        assert (await env.step(ReadFile("README.md"))).observation.startswith("calc")
+    assert not repo.exists()

@@ -30,6 +30,7 @@ import shlex
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,8 @@ class _Episode:
         self.submissions: list[Submission] = []
         self.done = False
         self.tmp = Path(tempfile.mkdtemp(prefix=f"kvh-{task.id}-", dir=config.workdir))
+        # The copy goes when the episode is closed, garbage-collected, or at interpreter exit.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.tmp, ignore_errors=True)
         self.repo = task.checkout(self.tmp / "repo")
 
     def observation0(self) -> str:
@@ -228,7 +231,7 @@ class _Episode:
         )
 
     def close(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        self._cleanup()
 
 
 _MAX_EDIT_BYTES = 8 << 20
@@ -346,7 +349,14 @@ class _Base:
 
 
 class CodingEnv(_Base):
-    """One task as a Gymnasium-shaped environment (blocking). See the module docstring."""
+    """One task as a Gymnasium-shaped environment (blocking). See the module docstring.
+    ``with CodingEnv(task) as env:`` closes the episode's copy on exit."""
+
+    def __enter__(self) -> CodingEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def reset(
         self, seed: int | None = None, options: Mapping[str, Any] | None = None
@@ -382,7 +392,13 @@ class CodingEnv(_Base):
 class AsyncCodingEnv(_Base):
     """:class:`CodingEnv` for asyncio: ``await env.reset()``, ``await env.step(action)``.
     Commands and grading run as asyncio subprocesses, so many episodes (one env each) run
-    concurrently on one event loop."""
+    concurrently on one event loop. ``async with`` closes the episode's copy on exit."""
+
+    async def __aenter__(self) -> AsyncCodingEnv:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
 
     async def reset(
         self, seed: int | None = None, options: Mapping[str, Any] | None = None
