@@ -315,6 +315,15 @@ class _Base:
         self.close()
         ep = _Episode(self.task, self.config, time.perf_counter())
         self._episode = ep
+        # Grading copies go inside the episode's folder, so that they go with it even when a
+        # grading fails half-way (an agent-made FIFO stops the copy).
+        self.grader = Grader(
+            self.task,
+            python_env=self.grader.python_env,
+            limits=self.config.limits,
+            unsafe=self.config.unsafe,
+            workdir=ep.tmp,
+        )
         self._sandbox = Sandbox(
             ep.repo,
             ro_paths=self.grader.python_env,
