@@ -316,3 +316,21 @@ async def test_async_env_context_manager(task: Task) -> None:
         repo = env.repo
         assert (await env.step(ReadFile("README.md"))).observation.startswith("calc")
     assert not repo.exists()
+
+
+def test_wall_time_budget_truncates(task: Task) -> None:
+    with CodingEnv(task, config(max_seconds=0.2)) as env:
+        env.reset()
+        _, _, term, trunc, _ = env.step(Bash("sleep 0.3"))
+        assert trunc and not term
+
+
+def test_time_discounted_reward_uses_seconds_since_reset(task: Task) -> None:
+    rule = RewardRule("discounted", discount=0.5, unit="second")
+    with CodingEnv(task, config(reward=rule)) as env:
+        env.reset()
+        env.step(FIX)
+        _, reward, term, _, _ = env.step(Submit())
+        [sub] = env.submissions
+        assert term and sub.score == 1.0 and sub.elapsed > 0
+        assert reward == pytest.approx(0.5**sub.elapsed) and 0 < reward < 1
