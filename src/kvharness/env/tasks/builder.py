@@ -38,7 +38,7 @@ from kvharness.env.tasks.issue import issue_text
 from kvharness.env.tasks.suite import PackageSpec, SuiteSpec, Target
 from kvharness.errors import UserError
 
-__all__ = ["BuildStats", "build_suite", "ensure_venv", "fetch_sdist"]
+__all__ = ["SEED_PLUGIN", "TEST_COMMAND", "BuildStats", "build_suite", "ensure_venv", "fetch_sdist"]
 
 _DEPS_STAMP = ".kvh-test-deps.json"
 _COLLECT_LIMITS = Limits(timeout_s=120, cpu_s=120)
@@ -57,20 +57,49 @@ class BuildStats:
     test_runs: int = 0
 
 
-def ensure_venv(venv: Path, deps: Sequence[str]) -> Path:
-    """Create (once) the venv tasks run in, with ``deps`` installed; returns ``venv``.
+SEED_PLUGIN = "kvh_random_seed"
+"""A pytest plugin :func:`ensure_venv` puts in the task venv: it seeds ``random`` before every test,
+so packages' randomised tests have one outcome, in the build and in grading alike."""
 
-    Rebuilt when the requested deps differ from those recorded in its stamp file."""
+_SEED_PLUGIN_SOURCE = '''"""Installed by kvharness: seed `random` before each test (reproducible task outcomes)."""
+
+import random
+
+
+def pytest_runtest_setup(item):
+    random.seed(0)
+'''
+
+TEST_COMMAND: tuple[str, ...] = (
+    *("setarch", "-R", "python", "-m", "pytest"),
+    *("-p", "no:cacheprovider", "-p", SEED_PLUGIN),
+)
+"""How built tasks run pytest: address-space randomisation off (``setarch -R``), so reprs and
+orders that depend on object addresses repeat, and ``random`` seeded per test."""
+
+
+def ensure_venv(venv: Path, deps: Sequence[str]) -> Path:
+    """Create (once) the venv tasks run in, with ``deps`` and the :data:`SEED_PLUGIN` installed;
+    returns ``venv``. Rebuilt when the requested deps differ from those in its stamp file."""
     stamp = venv / _DEPS_STAMP
-    if stamp.exists() and json.loads(stamp.read_text()) == list(deps):
+    if _current(venv, deps):
         return venv
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f".{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be creating it right now
-        if stamp.exists() and json.loads(stamp.read_text()) == list(deps):
-            return venv
-        _create_venv(venv, deps)
+        if not (stamp.exists() and json.loads(stamp.read_text()) == list(deps)):
+            _create_venv(venv, deps)
+        for site in venv.glob("lib/python3*/site-packages"):
+            (site / f"{SEED_PLUGIN}.py").write_text(_SEED_PLUGIN_SOURCE)
     return venv
+
+
+def _current(venv: Path, deps: Sequence[str]) -> bool:
+    stamp = venv / _DEPS_STAMP
+    if not (stamp.exists() and json.loads(stamp.read_text()) == list(deps)):
+        return False
+    plugins = list(venv.glob(f"lib/python3*/site-packages/{SEED_PLUGIN}.py"))
+    return bool(plugins) and plugins[0].read_text() == _SEED_PLUGIN_SOURCE
 
 
 def _create_venv(venv: Path, deps: Sequence[str]) -> None:
@@ -150,6 +179,7 @@ class _Runner:
             self.tree,
             nodeids,
             python_path=self.pkg.python_path,
+            test_command=TEST_COMMAND,
             ro_paths=self.env,
             limits=limits,
             extra_args=extra,
@@ -306,6 +336,7 @@ def _write_task(
         hidden_files=tuple(hidden),
         mutation=found.mutation,
         python_path=pkg.python_path,
+        test_command=TEST_COMMAND,
         root=root,
     )
     save_task(task)

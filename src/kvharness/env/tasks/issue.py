@@ -34,7 +34,7 @@ def scenario(nodeid: str) -> str:
 
 def _first_line(message: str) -> str:
     for line in message.splitlines():
-        line = line.strip()
+        line = re.sub(r"0x[0-9a-fA-F]{6,}", "0x...", line.strip())  # object addresses
         if line:
             return line if len(line) <= _MAX_MESSAGE else line[: _MAX_MESSAGE - 3] + "..."
     return "fails"
