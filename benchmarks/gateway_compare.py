@@ -94,7 +94,7 @@ def reset_caches(reps: list[VllmReplica]) -> None:
 
 
 def router_command(
-    name: str, reps: list[VllmReplica], port: int, model: Path, venv: Path
+    name: str, reps: list[VllmReplica], port: int, model: Path, venv: Path, options: list[str]
 ) -> tuple[list[str], str]:
     """(command, health path) of a router listening on ``port`` in front of ``reps``."""
     urls = [r.url for r in reps]
@@ -105,6 +105,8 @@ def router_command(
             cmd += ["--backend", r.url]
         if name == "kvharness":
             cmd += ["--policy", "agent_aware"]
+            for opt in options:
+                cmd += ["--policy-option", opt]
             for r in reps:
                 assert r.kv_events is not None
                 cmd += ["--kv-events", f"{r.url}=tcp://*:{r.kv_events.rsplit(':', 1)[1]}"]
@@ -138,6 +140,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8, help="sessions in flight")
     ap.add_argument("--max-sessions", type=int, help="run only the first N sessions")
     ap.add_argument("--time-scale", type=float, default=1.0, help="scale of tool gaps")
+    ap.add_argument("--policy-option", action="append", default=[],
+                    help="KEY=VALUE passed to the kvharness gateway's policy")  # fmt: skip
     ap.add_argument("--routers-venv", type=Path, default=REPO / ".cache" / "routers",
                     help="virtual environment holding sglang-router and vllm-router")  # fmt: skip
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "gateway-compare",
@@ -155,7 +159,9 @@ def main() -> None:
         for name in args.routers:
             reset_caches(reps)
             port = free_port()
-            cmd, health = router_command(name, reps, port, model, args.routers_venv)
+            cmd, health = router_command(
+                name, reps, port, model, args.routers_venv, args.policy_option
+            )
             log = (args.out / f"{name}.log").open("wb")
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -182,6 +188,10 @@ def main() -> None:
                 records = list(read_records(run_dir / "records.jsonl"))
                 s = summarise(records, label=name)
                 rows.append((name, s, split, done.returncode))
+                if name in ("kvharness", "round_robin"):
+                    # Keep the gateway's own view (decisions by reason, matched prefixes...).
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as m:
+                        (args.out / f"{name}.metrics").write_bytes(m.read())
             finally:
                 proc.terminate()
                 try:
