@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 from array import array
 from collections.abc import Callable
+from typing import cast
 from urllib.parse import urlsplit
 
 from kvharness.bench.sse import DONE, SSEParser, decode_chunk
@@ -68,8 +69,8 @@ class _Conn(asyncio.Protocol):
     # -- asyncio callbacks ------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,11 +152,12 @@ def _rebuild_ideal(workload: Workload, records: list[TurnRecord]) -> IdealCache:
 async def _run(
     cfg: BenchConfig, workload: Workload, run_dir: Path, previous: list[TurnRecord], progress: bool
 ) -> tuple[Counts, dict[str, Any], array[float]]:
-    loop = asyncio.get_running_loop()
-    origin = loop.time() - (time.time() - cfg.started_at)
+    # perf_counter, not loop.time(): uvloop's loop clock has only millisecond resolution.
+    perf = time.perf_counter
+    origin = perf() - (time.time() - cfg.started_at)
 
     def clock() -> float:
-        return loop.time() - origin
+        return perf() - origin
 
     gaps: array[float] = array("d")
     before = await scrape.scrape_all(cfg.targets) if cfg.scrape_metrics else {}
@@ -185,6 +187,20 @@ async def _run(
     after = await scrape.scrape_all(cfg.targets) if cfg.scrape_metrics else {}
     server = {"before": before, "after": after, "delta": scrape.delta(before, after)}
     return runner.counts, server, gaps
+
+
+def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop a run uses (None: asyncio's default)."""
+    if kind == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if kind == "uvloop":
+            raise UserError("--event-loop uvloop: uvloop is not installed") from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 def _write_report(run_dir: Path, cfg: BenchConfig, workload: Workload) -> Any:
@@ -226,7 +242,8 @@ def run_bench(
             cfg = msgspec.structs.replace(cfg, model=discover_model(cfg.targets[0]))
         cfg = msgspec.structs.replace(cfg, started_at=time.time())
         _save_config(run_dir, cfg)
-    counts, server, gaps = asyncio.run(_run(cfg, workload, run_dir, previous, progress))
+    with asyncio.Runner(loop_factory=_loop_factory(cfg.event_loop)) as runner:
+        counts, server, gaps = runner.run(_run(cfg, workload, run_dir, previous, progress))
     _append_json(run_dir / "metrics.json", server)
     records = read_records(run_dir / RECORDS)
     ok = finished_turns(records)

@@ -95,8 +95,9 @@ class Runner:
         return t
 
     async def _sleep_until(self, t: float) -> None:
-        delay = t - self.clock()
-        if delay > 0:
+        # Loops: an event loop's timers may fire up to a tick early by our clock (uvloop counts
+        # whole milliseconds), and a turn must never go out before its intended time.
+        while (delay := t - self.clock()) > 0:
             await asyncio.sleep(delay)
 
     def _history_of(self, s: Session) -> list[bytes]:

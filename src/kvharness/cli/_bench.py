@@ -175,6 +175,12 @@ def register(subparsers: Any) -> None:
         help="fast: the bench's own lean HTTP/1.1 client (plain http; https falls back "
         "to aiohttp); aiohttp: aiohttp for every target (default fast)",
     )
+    p.add_argument(
+        "--event-loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="event loop: uvloop when installed (auto, the default), or asyncio's",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of shuffles and Poisson arrivals")
     p.add_argument("--label", default=None, help="name of the run in reports")
     p.add_argument(
@@ -237,6 +243,7 @@ def _config(args: argparse.Namespace) -> Any:
         ),
         scrape_metrics=not args.no_metrics,
         client=args.http_client,
+        event_loop=args.event_loop,
         label=args.label,
     )
 

@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import msgspec
 
@@ -63,8 +64,7 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)
         self.server._conns.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
