@@ -148,12 +148,15 @@ def test_test_selection_and_scenarios() -> None:
     )
 
 
-def test_issue_text_never_names_the_files() -> None:
+def test_issue_text_never_names_the_files_nor_addresses() -> None:
     text = issue_text(
         "pkg", "1.0", "pkg", [("tests/test_m.py::test_sum", "AssertionError: assert 4 == 5")], 1
     )
     assert "sum" in text and "assert 4 == 5" in text
     assert "tests/test_m.py" not in text and "test_m" not in text
+    message = "assert <a.b....x7ffff61cd490> == <C object at 0x7f0265eb3e90>, x=0x10"
+    text = issue_text("pkg", "1.0", "pkg", [("t.py::test_eq", message)], 1)
+    assert "<a.b....x...> == <C object at 0x...>, x=0x10" in text
 
 
 def test_default_suite_definition_is_pinned_and_big_enough() -> None:

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 __all__ = ["issue_text", "scenario"]
 
 _MAX_MESSAGE = 220
+_ADDRESS = re.compile(r"(?<![0-9A-Za-z])(0x|x)[0-9a-fA-F]{8,}")
+"""An object address in a repr, also as pytest shortens it (``<mod....x7ffff61cd490>``)."""
 
 
 def scenario(nodeid: str) -> str:
@@ -34,7 +36,7 @@ def scenario(nodeid: str) -> str:
 
 def _first_line(message: str) -> str:
     for line in message.splitlines():
-        line = re.sub(r"0x[0-9a-fA-F]{6,}", "0x...", line.strip())  # object addresses
+        line = _ADDRESS.sub(r"\1...", line.strip())
         if line:
             return line if len(line) <= _MAX_MESSAGE else line[: _MAX_MESSAGE - 3] + "..."
     return "fails"
