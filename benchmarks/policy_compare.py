@@ -16,6 +16,9 @@ Scaled down to run in minutes on a small machine (say so when quoting figures):
   2,000 of 8,099); the load compresses the trace's session start times (the gaps between the
   turns of a session stay as recorded).
 
+``--cpu-tier-blocks N`` gives every replica (for every policy alike) a host-memory KV offload tier
+of N engine blocks (vLLM CPU offload / LMCache), loaded back at PCIe bandwidth; 0 (default) = none.
+
 Run: ``.venv/bin/python benchmarks/policy_compare.py`` (``--help`` for options).
 """
 
@@ -98,12 +101,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="synthetic workload seed")
     ap.add_argument("--workers", type=int, default=1, help="processes to run simulations in")
     ap.add_argument(
+        "--cpu-tier-blocks",
+        type=int,
+        default=0,
+        help="host-memory KV offload tier per replica, in engine blocks of the workload's block "
+        "size (Mooncake: 512 tokens, synthetic: 128), the same for every policy; 0 = none "
+        "(default). A realistic size for the simulated cluster (TP1, bf16 KV = 80 layers x 8 KV "
+        "heads x 128 dims x 2 (K,V) x 2 B = 320 KiB/token, 160 MiB per 512-token block): an "
+        "8xH200 node has ~2 TB host RAM, i.e. ~250 GB per replica, ~200 GB of it for KV = "
+        "~610k tokens = 1200 blocks of 512 tokens (4800 of 128)",
+    )
+    ap.add_argument(
         "--capacity-check",
         action="store_true",
         help="instead: hit ratio vs ideal on the Mooncake trace at its light load with each "
         "replica's KV capacity x1 and x8 (is the cache size what bounds it?)",
     )
     args = ap.parse_args(argv)
+    if args.cpu_tier_blocks < 0:
+        ap.error("--cpu-tier-blocks must be >= 0")
     if args.capacity_check:
         return _capacity_check(args)
 
@@ -123,7 +139,18 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"give three loads for {k}")
 
     jobs = [
-        (k, Task(k, args.cluster, p, load, deadline=args.deadline), args)
+        (
+            k,
+            Task(
+                k,
+                args.cluster,
+                p,
+                load,
+                cpu_tier_blocks=args.cpu_tier_blocks,
+                deadline=args.deadline,
+            ),
+            args,
+        )
         for k in keys
         for load in loads[k]
         for p in policies
@@ -145,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         wl = _workload(k, args)
         print(
             f"\n== {wl.name}: {len(wl.sessions)} sessions, {wl.num_turns} turns, {args.cluster}, "
-            f"deadline {args.deadline} =="
+            f"deadline {args.deadline}, {_tier(args, wl.block_size)} =="
         )
         for name, load in zip(LOAD_NAMES, loads[k], strict=True):
             print(f"-- load {load:g} ({name}) --")
@@ -179,10 +206,19 @@ def _capacity_check(args: argparse.Namespace) -> int:
     load = float(args.mooncake_loads.split(",")[0])
     cluster = parse_cluster(args.cluster, block_size=wl.block_size)
     base = cluster.deployment.kv_capacity_blocks
-    print(f"{wl.name}, load {load:g}, {args.cluster}: {base} KV blocks of {wl.block_size} tokens")
+    print(
+        f"{wl.name}, load {load:g}, {args.cluster}: {base} KV blocks of {wl.block_size} tokens, "
+        f"{_tier(args, wl.block_size)}"
+    )
     for policy in ("llmd_precise", "dynamo_kv", OURS):
         for scale in (1, 8):
-            cfg = SimConfig(cluster, policy, load=load, num_blocks=base * scale)
+            cfg = SimConfig(
+                cluster,
+                policy,
+                load=load,
+                num_blocks=base * scale,
+                cpu_tier_blocks=args.cpu_tier_blocks,
+            )
             res = Simulator(wl, cfg).run()
             ok = [r for r in res.records if r.ok and r.cached_tokens is not None]
             cached = sum(r.cached_tokens or 0 for r in ok)
@@ -210,6 +246,20 @@ def _verdict(
         f"{best.goodput or 0:8.1f} = {ratio:.3f}x (target >= {target:g}x: "
         f"{'met' if goodput_ok else 'MISSED'}); hit/ideal {hit:.3f} (target >= 0.9: "
         f"{'met' if hit >= 0.9 else 'MISSED'})"
+    )
+
+
+def _tier(args: argparse.Namespace, block_size: int) -> str:
+    """The header's description of the CPU offload tier (per replica)."""
+    from kvharness.sim.cluster import parse_cluster
+
+    n = args.cpu_tier_blocks
+    if n == 0:
+        return "no CPU KV tier"
+    dep = parse_cluster(args.cluster, block_size=block_size).deployment
+    return (
+        f"CPU KV tier {n} blocks/replica ({n * block_size / 1e3:.0f}k tokens, "
+        f"{n * dep.block_bytes / 1e9:.0f} GB, {dep.hardware.pcie_bandwidth / 1e9:.0f} GB/s PCIe)"
     )
 
 
