@@ -162,7 +162,7 @@ def peers(url: str, counts: list[int], turns: int, think: float, cpu: int) -> No
                 runs.append((used, reqs))
                 print(f"{name:<15} {n:>5} sessions: {line}", flush=True)
             (c0, r0), (c1, r1) = runs[0], runs[-1]
-            if r1 > r0:
+            if r1 > r0 and c1 > c0:
                 print(f"{name:<15} marginal CPU per request ({counts[0]} -> {counts[-1]} sessions): "
                       f"{(c1 - c0) / (r1 - r0) * 1e6:,.0f} us", flush=True)  # fmt: skip
 
