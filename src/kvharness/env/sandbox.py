@@ -82,7 +82,9 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:
-    """What one command did. ``returncode`` is negative (-signal) when killed by a signal."""
+    """What one command did. A command killed by a signal has ``returncode`` 128 + signal (as
+    bwrap reports it; -signal in unsafe mode); one killed at its wall-clock timeout has
+    ``timed_out`` set and ``returncode`` -9."""
 
     returncode: int
     stdout: str

@@ -41,7 +41,15 @@ from kvharness.errors import UserError
 __all__ = ["SEED_PLUGIN", "TEST_COMMAND", "BuildStats", "build_suite", "ensure_venv", "fetch_sdist"]
 
 _DEPS_STAMP = ".kvh-test-deps.json"
-_COLLECT_LIMITS = Limits(timeout_s=120, cpu_s=120)
+_COLLECT_LIMITS = Limits(timeout_s=600, cpu_s=120)
+_RUN_CPU_S = 45
+"""CPU seconds a test run of a candidate mutant may use; one that needs more is a hang."""
+
+
+def _killed(run: TestRun) -> bool:
+    """The run hit a limit (CPU time: SIGKILL/SIGXCPU; or the wall-clock backstop)."""
+    code = run.command.returncode  # pytest's own codes are 0-5; a signal gives 128+N or -N
+    return run.command.timed_out or code < 0 or code >= 128
 
 
 @dataclass(slots=True)
@@ -61,9 +69,12 @@ SEED_PLUGIN = "kvh_random_seed"
 """A pytest plugin :func:`ensure_venv` puts in the task venv: it seeds ``random`` before every test,
 so packages' randomised tests have one outcome, in the build and in grading alike."""
 
-_SEED_PLUGIN_SOURCE = '''"""Installed by kvharness: seed `random` before each test (reproducible task outcomes)."""
+_SEED_PLUGIN_SOURCE = '''"""Installed by kvharness: seed `random` when loaded (before test modules are
+imported, for their module-level draws) and before each test (reproducible task outcomes)."""
 
 import random
+
+random.seed(0)
 
 
 def pytest_runtest_setup(item):
@@ -171,10 +182,12 @@ class _Runner:
         self.tree, self.pkg, self.env, self.stats = tree, pkg, env, stats
 
     def run(
-        self, nodeids: Sequence[str], *, timeout_s: float, extra: Sequence[str] = ()
+        self, nodeids: Sequence[str], *, cpu_s: int = _RUN_CPU_S, extra: Sequence[str] = ()
     ) -> TestRun:
         self.stats.test_runs += 1
-        limits = Limits(timeout_s=timeout_s, cpu_s=int(timeout_s) + 5)
+        # A hang is judged by CPU seconds, not wall time, so the machine's load cannot change
+        # which mutants are kept (the wall limit is only a backstop).
+        limits = Limits(timeout_s=10.0 * cpu_s, cpu_s=cpu_s)
         return run_tests(
             self.tree,
             nodeids,
@@ -234,7 +247,6 @@ def _try_candidate(
     baseline: list[str],
     spec: SuiteSpec,
     rng: random.Random,
-    timeout_s: float,
 ) -> _Found | None:
     stats = runner.stats
     try:
@@ -246,15 +258,18 @@ def _try_candidate(
     selection = _select(cand.function, baseline) or baseline
     try:
         path.write_text(mutated)
-        screen = runner.run(selection, timeout_s=timeout_s, extra=("-x",))
-        if screen.command.timed_out:
+        screen = runner.run(selection, extra=("-x",))
+        if _killed(screen):
             stats.hung += 1
             return None
         caught = [t for t in selection if screen.outcomes[t] in ("failed", "error")]
         if not caught:
             stats.survived += 1
             return None
-        full = runner.run(selection, timeout_s=timeout_s) if len(selection) > 1 else screen
+        full = runner.run(selection) if len(selection) > 1 else screen
+        if _killed(full):
+            stats.hung += 1
+            return None
         if any(full.outcomes[t] == "missing" for t in selection):
             stats.broken += 1  # the test module did not even import: a poor task
             return None
@@ -263,18 +278,17 @@ def _try_candidate(
         rest = sorted(set(baseline) - set(failing))
         p2p = sorted(rng.sample(rest, min(len(rest), spec.max_pass_to_pass)))
         # Twice: a mutant whose failures depend on chance (random seeds, timing) is dropped.
-        checks = [runner.run([*f2p, *p2p], timeout_s=timeout_s) for _ in range(2)]
+        checks = [runner.run([*f2p, *p2p]) for _ in range(2)]
         p2p = [t for t in p2p if all(c.passed(t) for c in checks)]
         if any(
-            c.command.timed_out or any(c.outcomes[t] not in ("failed", "error") for t in f2p)
-            for c in checks
+            _killed(c) or any(c.outcomes[t] not in ("failed", "error") for t in f2p) for c in checks
         ):
             stats.unverified += 1
             return None
         messages = {t: checks[0].messages.get(t, "") for t in f2p}
     finally:
         path.write_text(original)
-    again = runner.run([*f2p, *p2p], timeout_s=timeout_s)
+    again = runner.run([*f2p, *p2p])
     if not all(again.passed(t) for t in [*f2p, *p2p]):
         stats.unverified += 1
         return None
@@ -360,9 +374,8 @@ def _build_package(
     for target in pkg.targets:
         rng = random.Random(f"{spec.seed}:{pkg.name}:{target.module}")
         collected = [t for t in runner.collect(target.tests) if not t.startswith(pkg.exclude)]
-        base = runner.run(collected, timeout_s=300)
+        base = runner.run(collected, cpu_s=300)
         baseline = [t for t in collected if base.passed(t)]
-        timeout_s = max(20.0, 3.0 * base.command.duration_s)
         original = (tree / target.module).read_text()
         cands = mutations.candidates(original)
         rng.shuffle(cands)
@@ -374,7 +387,7 @@ def _build_package(
             if cand.function in used_functions:
                 continue
             attempts += 1
-            found = _try_candidate(runner, target, original, cand, baseline, spec, rng, timeout_s)
+            found = _try_candidate(runner, target, original, cand, baseline, spec, rng)
             if found is None:
                 continue
             used_functions.add(cand.function)
