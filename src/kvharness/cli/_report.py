@@ -101,7 +101,8 @@ def _deadline_arg(args: argparse.Namespace) -> DeadlineSpec | None:
     from kvharness.report.io import parse_deadline
 
     try:
-        return parse_deadline(args.deadline)
+        value: object = args.deadline
+        return parse_deadline(value)
     except UserError as err:
         raise UserError(f"--deadline: {err}") from None
 

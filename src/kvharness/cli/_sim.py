@@ -148,19 +148,16 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kvharness.report.io import parse_deadline
     from kvharness.routing.base import available_policies
     from kvharness.sim.cluster import parse_cluster
-    from kvharness.sim.summary import Deadline
 
     names = available_policies()
     policies = names if args.policy == "all" else [p.strip() for p in args.policy.split(",") if p]
     for pol in policies:
         if pol not in names:
             raise UserError(f"unknown policy {pol!r}; choose from {', '.join(names)} or all")
-    try:
-        Deadline.parse(args.deadline)
-    except ValueError as err:
-        raise UserError(str(err)) from None
+    parse_deadline(args.deadline)
     base = parse_cluster(args.cluster)
     sizes = args.replicas or [base.replicas]
     head = args.cluster.split("x", 1)[1]
@@ -171,12 +168,12 @@ def run(args: argparse.Namespace) -> int:
 
 def sweep(args: argparse.Namespace, clusters: list[str], policies: list[str], out: Path) -> int:
     from kvharness.report.html import write_html
-    from kvharness.report.io import load_run
+    from kvharness.report.io import load_run, parse_deadline
     from kvharness.report.metrics import Summary
-    from kvharness.sim.summary import Deadline, PolicyRow, render_rows
+    from kvharness.sim.summary import PolicyRow, render_rows
     from kvharness.sim.sweep import Task, run_sweep, task_dir
 
-    deadline = Deadline.parse(args.deadline)
+    deadline = parse_deadline(args.deadline)
     tasks = [
         Task(
             workload=args.workload,

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import msgspec
 import numpy as np
@@ -67,7 +67,22 @@ class DeadlineSpec(NamedTuple):
     def __str__(self) -> str:
         return f"{self.factor:g}x" if self.factor is not None else f"{self.seconds:g}"
 
+    def label(self) -> str:
+        """For captions: ``"1.5x bound"`` or ``"600s"``."""
+        return f"{self.factor:g}x bound" if self.factor is not None else f"{self.seconds:g}s"
 
+    def of(self, lower_bound: float) -> float:
+        """The deadline in seconds for a session whose lower bound is ``lower_bound``."""
+        if self.factor is not None:
+            return self.factor * lower_bound
+        assert self.seconds is not None
+        return self.seconds
+
+
+@overload
+def parse_deadline(value: str | float) -> DeadlineSpec: ...
+@overload
+def parse_deadline(value: object) -> DeadlineSpec | None: ...
 def parse_deadline(value: object) -> DeadlineSpec | None:
     """``600``, ``"600"``, ``"600s"`` (seconds) or ``"1.5x"`` (factor); None stays None. Raises
     :class:`UserError` on anything else."""
@@ -116,8 +131,9 @@ class RunData:
     def deadline(self) -> DeadlineSpec | None:
         """The deadline the run was recorded with (``config.json``, else ``summary.json``)."""
         for source in (self.config, self.saved or {}):
-            if source.get("deadline") is not None:
-                return parse_deadline(source["deadline"])
+            value: object = source.get("deadline")
+            if value is not None:
+                return parse_deadline(value)
         return None
 
     def summarise(self, deadline: DeadlineSpec | None = None) -> Summary:

@@ -8,8 +8,9 @@ import time
 
 from rich.console import Console
 
+from kvharness.report.io import parse_deadline
 from kvharness.routing.base import available_policies
-from kvharness.sim.summary import Deadline, PolicyRow, render_rows
+from kvharness.sim.summary import PolicyRow, render_rows
 from kvharness.sim.sweep import Task, run_sweep
 
 __all__ = ["DEFAULT_CLUSTER", "DEFAULT_WORKLOAD", "run_default"]
@@ -34,7 +35,7 @@ def run_default(
     return its rows. Writes no files."""
     con = console or (Console() if sys.stdout.isatty() else Console(width=140))
     names = policies or available_policies()
-    deadline = Deadline.parse(DEFAULT_DEADLINE)
+    deadline = parse_deadline(DEFAULT_DEADLINE)
     tasks = [Task(workload, cluster, p, load, deadline=DEFAULT_DEADLINE) for p in names]
     con.print(
         f"simulating {workload!r} on {cluster} under {len(names)} routing policies "

@@ -9,44 +9,11 @@ import msgspec
 import numpy as np
 from rich.table import Table
 
+from kvharness.report.io import DeadlineSpec
 from kvharness.report.metrics import Summary, session_times
 from kvharness.report.records import TurnRecord
 
-__all__ = ["Deadline", "PolicyRow", "bound_ratios", "policy_row", "render_rows"]
-
-
-class Deadline(msgspec.Struct, frozen=True):
-    """A session's deadline: ``seconds`` of makespan, or ``factor`` x its lower bound."""
-
-    seconds: float | None = None
-    factor: float | None = None
-
-    @staticmethod
-    def parse(text: str) -> Deadline:
-        """``"600"`` (seconds) or ``"1.5x"`` (times the session's lower bound)."""
-        t = text.strip().lower()
-        try:
-            if t.endswith("x"):
-                d = Deadline(factor=float(t[:-1]))
-            else:
-                d = Deadline(seconds=float(t.rstrip("s")))
-        except ValueError:
-            raise ValueError(
-                f"bad deadline {text!r}: give seconds (600) or a factor (1.5x)"
-            ) from None
-        v = d.factor if d.factor is not None else d.seconds
-        if v is None or not v > 0:
-            raise ValueError(f"deadline must be positive, got {text!r}")
-        return d
-
-    def label(self) -> str:
-        return f"{self.factor:g}x bound" if self.factor is not None else f"{self.seconds:g}s"
-
-    def of(self, lower_bound: float) -> float:
-        if self.factor is not None:
-            return self.factor * lower_bound
-        assert self.seconds is not None
-        return self.seconds
+__all__ = ["PolicyRow", "bound_ratios", "policy_row", "render_rows"]
 
 
 class PolicyRow(msgspec.Struct, frozen=True):
@@ -93,7 +60,7 @@ def policy_row(
     summary: Summary,
     records: Sequence[TurnRecord],
     lower_bounds: Mapping[str, float],
-    deadline: Deadline,
+    deadline: DeadlineSpec,
     *,
     preemptions: int,
     sim_seconds: float,
@@ -133,7 +100,7 @@ def _f(v: float | None, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
-def render_rows(rows: Sequence[PolicyRow], deadline: Deadline, title: str) -> Table:
+def render_rows(rows: Sequence[PolicyRow], deadline: DeadlineSpec, title: str) -> Table:
     """Policies as rows; the best goodput is marked."""
     best = max((r.goodput or 0.0 for r in rows), default=0.0)
     t = Table(title=title, title_justify="left", caption=_CAPTION.format(deadline.label()))

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from kvharness.engine.scheduler import SchedulerConfig
-from kvharness.report.io import write_run_report
+from kvharness.report.io import parse_deadline, write_run_report
 from kvharness.sim.cluster import parse_cluster
 from kvharness.sim.simulator import SimConfig, Simulator
-from kvharness.sim.summary import Deadline, PolicyRow, policy_row
+from kvharness.sim.summary import PolicyRow, policy_row
 from kvharness.workload.model import Workload
 
 __all__ = ["Task", "run_sweep", "run_task"]
@@ -68,7 +68,7 @@ def run_task(task: Task, workload: Workload | None = None) -> PolicyRow:
         cpu_tier_blocks=task.cpu_tier_blocks,
         load=task.load,
     )
-    deadline = Deadline.parse(task.deadline)
+    deadline = parse_deadline(task.deadline)
     hashes = _HASHES.setdefault(f"{task.workload}@{cluster.deployment.block_size}", {})
     t0 = time.perf_counter()
     result = Simulator(wl, cfg, hash_cache=hashes).run()
