@@ -123,7 +123,8 @@ class Sandbox:
     ``repo`` is the host folder of the episode's copy; commands may change it (and, as root, its
     ownership is set to the sandbox's uid before every command). ``ro_paths`` are host paths made
     visible read-only at the same path (a venv, see :func:`python_env_paths`). ``env`` replaces
-    the host environment (``PATH``, ``HOME=/tmp`` and ``LANG`` are set unless given).
+    the host environment (``PATH``, ``HOME=/tmp``, ``LANG`` and ``PYTHONDONTWRITEBYTECODE`` are
+    set unless given).
     """
 
     def __init__(
@@ -159,6 +160,9 @@ class Sandbox:
             "HOME": "/tmp",
             "LANG": "C.UTF-8",
             "TMPDIR": "/tmp",
+            # No .pyc files in the repository: a same-size edit within the second of the last
+            # compile would otherwise run stale bytecode (pyc checks mtime in seconds and size).
+            "PYTHONDONTWRITEBYTECODE": "1",
         }
         base_env.update(env or {})
         self.env = base_env
