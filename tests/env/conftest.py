@@ -37,7 +37,10 @@ def env_venv() -> Path:
 def smoke_suite(env_venv: Path) -> list[Task]:
     """SMOKE_SUITE built by the real builder (sdist download, mutants, sandboxed runs)."""
     # Keyed by the definition and the builder's code, so a change to either rebuilds.
-    builder_code = sorted(Path(tasks_pkg.__file__).parent.glob("*.py"))
+    env_dir = Path(tasks_pkg.__file__).parents[1]
+    builder_code = sorted(env_dir.glob("tasks/*.py")) + [
+        env_dir / name for name in ("sandbox.py", "grading.py", "task.py")
+    ]
     key = repr(SMOKE_SUITE).encode() + b"".join(p.read_bytes() for p in builder_code)
     digest = hashlib.sha256(key).hexdigest()[:12]
     out = CACHE / "env-test" / f"smoke-{digest}"
