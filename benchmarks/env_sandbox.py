@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from kvharness.env.grading import Grader
 from kvharness.env.sandbox import Sandbox, python_env_paths
 from kvharness.env.task import Task, load_suite
 from kvharness.env.tasks import SMOKE_SUITE, build_suite, ensure_venv
+from kvharness.env.tasks.verify import verify_task
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,15 +58,8 @@ def grading(tasks: list[Task]) -> None:
     fixed_times: list[float] = []
     print(f"grading ({len(tasks)} tasks, mutant then fixed):")
     for task in tasks:
-        grader = Grader(task)
-        work = Path(tempfile.mkdtemp(prefix="kvh-bench-"))
-        try:
-            repo = task.checkout(work / "repo")
-            mutant = grader.grade(repo)
-            task.apply_fix(repo)
-            fixed = grader.grade(repo)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        check = verify_task(task)
+        mutant, fixed = check.mutant, check.fixed
         mutant_times.append(mutant.duration_s)
         fixed_times.append(fixed.duration_s)
         print(
