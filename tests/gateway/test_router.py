@@ -90,13 +90,22 @@ def test_prefill_rate_is_learned() -> None:
     f = r.dispatched(req(hashes=(), tokens=400), out, 10.0)
     r.first_token(f, 10.5)
     assert r.states[0].prefill_tokens_per_s == pytest.approx(800.0)
+    # Two at once: the second's first token also waited for the first's 400 tokens.
+    a = r.dispatched(req(rid="a", hashes=(), tokens=400), out, 20.0)
+    b = r.dispatched(req(rid="b", hashes=(), tokens=400), out, 20.0)
+    assert b.ahead_tokens == 400
+    r.first_token(a, 20.5)
+    r.first_token(b, 21.0)
+    assert r.states[0].prefill_tokens_per_s == pytest.approx(800.0)
 
 
-def test_down_replica_loses_its_index_entries() -> None:
+def test_down_replica_keeps_its_index_entries_until_forgotten() -> None:
     index = PrefixIndex(2)
     index.apply(1, BlockStored((1, 2), None))
     r = Router(make_policy("round_robin"), states(2), index)
     assert r.set_healthy(1, False) and not r.set_healthy(1, False)
+    assert index.cached_blocks(1) == 2
+    r.forget(1)
     assert index.cached_blocks(1) == 0
 
 

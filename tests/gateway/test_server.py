@@ -48,6 +48,7 @@ async def post(gw: Gateway, path: str, body: bytes, **headers: str) -> tuple[int
 
 
 MSGS = [{"role": "user", "content": "hello there, fix my code please"}]
+LONG = [{"role": "user", "content": "context " * 200}]
 
 
 async def test_chat_and_completions_with_the_openai_client(
@@ -132,26 +133,39 @@ async def test_429_when_every_replica_is_full(fake_backends: Any, gateways: Any)
 
 async def test_dead_replica_is_retried_and_taken_out(fake_backends: Any, gateways: Any) -> None:
     a, b = fake_backends(2)
-    b.kill()
     gw = await gateways(backends=(a.url, b.url), policy="round_robin", health_interval_s=30)
     async with client(gw) as c:
+        for _ in range(2):  # one each: the index learns from the decisions
+            await c.chat.completions.create(model="m", messages=LONG, max_tokens=2)
+        held = gw.index.cached_blocks(1)
+        assert held > 0
+        b.kill()
         for _ in range(6):
             r = await c.chat.completions.create(model="m", messages=MSGS, max_tokens=2)
             assert r.choices[0].message.content == " tok" * 2
     assert not gw.states[1].healthy and gw.states[0].healthy
+    # Only suspected (no health check has failed yet): what the index knows of it is kept.
+    assert gw.index.cached_blocks(1) == held
     _, text, _ = await get(gw, "/metrics")
     assert 'kvharness_gateway_retries_total{reason="upstream_failed"} 1.0' in text
 
 
 async def test_health_checks_take_out_and_bring_back(fake_backends: Any, gateways: Any) -> None:
     a, b = fake_backends(2)
-    gw = await gateways(backends=(a.url, b.url), health_interval_s=0.1, unhealthy_after=2)
+    gw = await gateways(
+        backends=(a.url, b.url), policy="round_robin", health_interval_s=0.1, unhealthy_after=2
+    )
+    async with client(gw) as c:
+        for _ in range(2):
+            await c.chat.completions.create(model="m", messages=LONG, max_tokens=2)
+    assert gw.index.cached_blocks(1) > 0
     b.kill()
     for _ in range(50):
         if not gw.states[1].healthy:
             break
         await asyncio.sleep(0.1)
     assert not gw.states[1].healthy
+    assert gw.index.cached_blocks(1) == 0  # confirmed down: it will come back empty
     status, text, _ = await get(gw, "/health")
     assert status == 200 and json.loads(text)["healthy_replicas"] == 1
     a.kill()

@@ -46,6 +46,8 @@ class Flight:
     new_prefill_tokens: int
     blocks: int
     sent_at: float
+    ahead_tokens: int = 0
+    """Prompt tokens queued for prefill on the replica before this one (the router's count)."""
     prefilled: bool = False
 
 
@@ -122,6 +124,7 @@ class Router:
         bs = max(1, s.block_size)
         new = max(0, request.prompt_tokens - routed.matched_blocks * bs)
         blocks = math.ceil((request.prompt_tokens + request.max_output_tokens) / bs)
+        ahead = s.pending_prefill_tokens
         self.inflight[i] += 1
         s.running += 1
         s.pending_prefill_tokens += new
@@ -129,10 +132,14 @@ class Router:
         if not self.event_fed[i]:
             self.index.record_routed(i, request.block_hashes)
         self.policy.on_routed(request, i, now)
-        return Flight(request, i, new, blocks, now)
+        return Flight(request, i, new, blocks, now, ahead)
 
     def first_token(self, flight: Flight, now: float) -> None:
-        """The replica started answering: the prompt is prefilled; learn its prefill rate."""
+        """The replica started answering: the prompt is prefilled; learn its prefill rate.
+
+        The first token waited for the prefills queued ahead of it as well as its own, so the
+        rate is the tokens of both over the time to first token (the prompt's own tokens over it
+        would read a busy replica as a slow one)."""
         if flight.prefilled:
             return
         flight.prefilled = True
@@ -140,7 +147,7 @@ class Router:
         s.pending_prefill_tokens = max(0, s.pending_prefill_tokens - flight.new_prefill_tokens)
         elapsed = now - flight.sent_at
         if flight.new_prefill_tokens >= 4 * s.block_size and elapsed > 0:
-            rate = flight.new_prefill_tokens / elapsed
+            rate = (flight.ahead_tokens + flight.new_prefill_tokens) / elapsed
             old = s.prefill_tokens_per_s
             s.prefill_tokens_per_s = rate if old <= 0 else old + self.rate_alpha * (rate - old)
 
@@ -172,15 +179,16 @@ class Router:
         s.used_blocks = round(kv_usage * s.capacity_blocks)
 
     def set_healthy(self, i: int, healthy: bool) -> bool:
-        """Mark replica ``i`` up or down; returns whether that changed anything.
-
-        A replica that went down lost its cache (or will be restarted empty), so its index entries
-        are dropped.
-        """
+        """Mark replica ``i`` up or down (offered to the policy or not); returns whether that
+        changed anything. Its index entries stay: see :meth:`forget`."""
         s = self.states[i]
         if s.healthy == healthy:
             return False
         s.healthy = healthy
-        if not healthy:
-            self.index.mark_stale(i)
         return True
+
+    def forget(self, i: int) -> None:
+        """Replica ``i`` lost its cache (confirmed down, so it will come back empty): drop its
+        index entries. Not done on a single failed request: a replica that is only suspected keeps
+        its cache, and with it what the index knows."""
+        self.index.mark_stale(i)

@@ -142,6 +142,7 @@ class Gateway:
             lambda: self.hasher.stats,
         )
         self._fails = [0] * len(self.urls)
+        self._forgotten = [False] * len(self.urls)
         self._ids = itertools.count()
         self._hash_lock = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
@@ -166,7 +167,9 @@ class Gateway:
         return app
 
     async def _lifespan(self, app: web.Application) -> AsyncIterator[None]:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+        # Idle upstream connections are dropped before uvicorn's (vLLM's) 5 s keep-alive ends, so
+        # a request never goes out on a connection the server is closing.
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=4.0)
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(
@@ -284,15 +287,22 @@ class Gateway:
     def _report_health(self, i: int, ok: bool) -> None:
         if ok:
             self._fails[i] = 0
+            self._forgotten[i] = False
             if self.router.set_healthy(i, True):
                 log.warning("replica %s is back", self.urls[i])
             return
         self._fails[i] += 1
-        if self._fails[i] >= self.config.unhealthy_after and self.router.set_healthy(i, False):
-            log.warning("replica %s failed %d health checks: out", self.urls[i], self._fails[i])
+        if self._fails[i] >= self.config.unhealthy_after:
+            if self.router.set_healthy(i, False):
+                log.warning("replica %s failed %d health checks: out", self.urls[i], self._fails[i])
+            if not self._forgotten[i]:
+                # Confirmed down: it comes back with an empty cache.
+                self.router.forget(i)
+                self._forgotten[i] = True
 
     def _suspect(self, i: int, why: str) -> None:
-        """A request could not reach replica ``i``: take it out until a health check passes."""
+        """A request could not reach replica ``i``: take it out until a health check passes (one
+        that fails instead confirms it down, and its index entries are dropped)."""
         self._fails[i] = self.config.unhealthy_after
         if self.router.set_healthy(i, False):
             log.warning("replica %s out: %s", self.urls[i], why)
