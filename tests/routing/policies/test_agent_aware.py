@@ -179,3 +179,20 @@ def test_expected_decode_steps_learns_from_sessions(cluster: Cluster, req: Req) 
     assert p.expected_decode_steps(req([3], session="c", out=50)) == pytest.approx(50 + 0.75 * 100)
     # A session that has had more expects as much again.
     assert p.expected_decode_steps(q, had=1000) == pytest.approx(100 + 0.75 * 1000)
+
+
+def test_unmeasured_replica_is_taken_to_be_like_the_measured_ones(
+    cluster: Cluster, req: Req
+) -> None:
+    """In a gateway, rates are measured per replica as requests finish prefilling; one not yet
+    measured is not assumed idle-fast (the default rate) next to a measured, busy one."""
+    p = AgentAware()
+    reps = cluster(2)
+    reps[0].prefill_tokens_per_s = 2000.0  # measured; replica 1 not yet
+    reps[0].pending_prefill_tokens = 1000  # 0.5 s queued at home
+    q = req(list(range(100)))  # 1600 tokens
+    # Alike: home 0.5 s (cached) vs 1600 / 2000 = 0.8 s cold elsewhere; at the default rate
+    # replica 1 would have looked like 0.16 s.
+    assert p.ttft(q, reps[1], 0) == pytest.approx(0.16)
+    assert p.choose(q, reps, [100, 0], 0.0) == (0, "least_time")
+    assert p.ttft(q, reps[1], 0) == pytest.approx(0.8)

@@ -35,8 +35,9 @@ context, separated by tool runs. The policy is built on four facts that follow:
 A request without a session id goes to the least ``ttft``. A new session goes to the least
 ``cost`` among replicas whose resident context plus its own fits ``memory_target`` of the KV (when
 any does). Inputs: :class:`ReplicaState` (``pending_prefill_tokens``, ``running``,
-``used_blocks``, ``capacity_blocks``, ``prefill_tokens_per_s``, ``default_prefill_tokens_per_s``
-when 0) and the matched prefix per replica. Mutates only its own session table.
+``used_blocks``, ``capacity_blocks``, ``prefill_tokens_per_s``; when 0, the mean of the measured
+replicas' rates, or ``default_prefill_tokens_per_s`` when none is) and the matched prefix per
+replica. Mutates only its own session table.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class AgentAware(Policy):
         self._returns = 0  # turns of sessions seen before
         self._expiries = 0  # sessions quiet for session_idle_s
         self._block_size = 16  # the engines' block size, as last seen in choose()
+        self._unknown_rate = default_prefill_tokens_per_s  # for replicas without a measured rate
         # session -> home it had when it expired (a pause longer than session_idle_s); bounded
         self._former: OrderedDict[str, tuple[int, int]] = OrderedDict()  # -> (replica, output)
         self._out_total = 0  # output tokens of all session turns routed
@@ -120,14 +122,14 @@ class AgentAware(Policy):
         need = math.ceil(new / bs)
         short = max(0, r.used_blocks + need - r.capacity_blocks)
         work = r.pending_prefill_tokens + new + self.decode_cost_tokens * r.running + short * bs
-        rate = r.prefill_tokens_per_s or self.default_prefill_tokens_per_s
+        rate = r.prefill_tokens_per_s or self._unknown_rate
         return work / rate
 
     def burden(self, request: RouteRequest, r: ReplicaState, matched: int) -> float:
         """Seconds the prefill of ``request`` on ``r`` adds to the requests already there, running
         or queued (a chunked-prefill engine runs it inside their steps), times ``externality``."""
         new = max(0, request.prompt_tokens - matched * r.block_size)
-        rate = r.prefill_tokens_per_s or self.default_prefill_tokens_per_s
+        rate = r.prefill_tokens_per_s or self._unknown_rate
         return self.externality * r.outstanding * new / rate
 
     def homed_sessions(self, replica: int) -> int:
@@ -149,6 +151,12 @@ class AgentAware(Policy):
         self._expire(now)
         among = candidates(replicas)
         self._block_size = max(1, replicas[among[0]].block_size)
+        known = [
+            replicas[i].prefill_tokens_per_s for i in among if replicas[i].prefill_tokens_per_s
+        ]
+        # A replica not yet measured is taken to be like the measured ones (replicas are alike),
+        # not as fast as a constant: that would make it look idle next to a measured busy one.
+        self._unknown_rate = sum(known) / len(known) if known else self.default_prefill_tokens_per_s
         t = {i: self.ttft(request, replicas[i], matched_blocks[i]) for i in among}
         x = {i: self.burden(request, replicas[i], matched_blocks[i]) for i in among}
         fastest = min(among, key=lambda i: (t[i], replicas[i].outstanding, i))
@@ -196,7 +204,7 @@ class AgentAware(Policy):
         """Seconds that ``blocks`` of co-resident context on ``r`` cost a session expecting
         ``steps`` more decode steps: each step reads their KV (``context_cost`` prefill-token
         equivalents per context token and step)."""
-        rate = r.prefill_tokens_per_s or self.default_prefill_tokens_per_s
+        rate = r.prefill_tokens_per_s or self._unknown_rate
         return self.context_cost * steps * blocks * r.block_size / rate
 
     def return_probability(self) -> float:
