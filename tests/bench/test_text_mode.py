@@ -275,3 +275,21 @@ def test_cli_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     argv = ["bench", "--target", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path)]
     assert main([*argv, "--session-header", "bad name"]) == 2
     assert "not a valid HTTP header name" in capsys.readouterr().err
+
+
+def test_cli_text_without_a_tokenizer_warns_and_uses_the_builtin_words(
+    tmp_path: Path, stub: StubServer, agent_workload_file: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    bodies: list[bytes] = []
+    stub.plan = lambda n, body: bodies.append(body)  # type: ignore[func-returns-value]
+    code = main(["bench", "--target", stub.url, "--model", "stub", "--workload",
+                 str(agent_workload_file), "--prompt-format", "text", "--time-scale", "0.05",
+                 "--no-metrics", "--no-progress", "--out", str(tmp_path / "run")])  # fmt: skip
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 0 and "ideal cached tokens are approximate" in out
+    words = set(default_words())
+    prompts = [json.loads(b)["prompt"] for b in bodies]
+    assert len(prompts) == 12 and all(
+        p.startswith(" ") and set(p.split()) <= words for p in prompts
+    )

@@ -49,7 +49,7 @@ class BenchConfig(msgspec.Struct, frozen=True, kw_only=True):
     time_scale: float = 1.0
     """Multiplies trace start times and turn gaps (0.5 runs the trace twice as fast)."""
     vocab_size: int = 1024
-    """Token ids of materialised prompts are drawn from ``[0, vocab_size)``."""
+    """Token ids of materialised prompts are drawn from ``[0, vocab_size)`` (``tokens`` format)."""
     engine_block_size: int = 128
     """The server's KV block size, for the ideal cached tokens of each record."""
     workload_block_size: int = 512

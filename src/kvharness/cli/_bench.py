@@ -324,6 +324,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.target:
             return _run_sim_default()
         cfg = _config(args)
+        if cfg.prompt_format == "text" and cfg.tokenizer is None:
+            console.print(
+                "[yellow]--prompt-format text without --tokenizer: built-in words, so prompt "
+                "token counts and ideal cached tokens are approximate[/]"
+            )
         root = args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S")
         modes = ("session", "isolated") if args.mode == "both" else (args.mode,)
         for mode in modes:
