@@ -49,13 +49,20 @@ class BenchConfig(msgspec.Struct, frozen=True, kw_only=True):
     time_scale: float = 1.0
     """Multiplies trace start times and turn gaps (0.5 runs the trace twice as fast)."""
     vocab_size: int = 1024
-    """Token ids of materialised prompts are drawn from ``[0, vocab_size)``."""
+    """Token ids of materialised prompts are drawn from ``[0, vocab_size)`` (``tokens`` format)."""
     engine_block_size: int = 128
     """The server's KV block size, for the ideal cached tokens of each record."""
     workload_block_size: int = 512
     """Block size of hash-only traces (512 for Mooncake)."""
     tokenizer: str | None = None
-    """Tokenizer path for SWE-agent trajectories."""
+    """Tokenizer path for SWE-agent trajectories, and the words of ``text`` prompts."""
+    prompt_format: Literal["tokens", "text"] = "tokens"
+    """How hash-only turns are sent to ``/v1/completions``: ``tokens``, a token-id list; ``text``, a
+    string of one word per token, each after a space (words from ``tokenizer`` when given, then
+    exact: the server sees the chain's tokens plus its tokenizer's special tokens)."""
+    session_header: str | None = "x-session-id"
+    """Header carrying the session id on every request of session mode (None: none). Isolated mode
+    never sends it."""
     ignore_eos: bool = True
     max_sessions: int | None = None
     """Run only the first N sessions of the workload."""

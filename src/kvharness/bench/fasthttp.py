@@ -21,7 +21,7 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from kvharness.bench.sse import DONE, SSEParser, decode_chunk
-from kvharness.bench.transport import Outcome
+from kvharness.bench.transport import Outcome, check_header_name, header_value
 
 __all__ = ["FastTransport"]
 
@@ -271,6 +271,8 @@ class FastTransport:
     """Streams completions over pooled keep-alive connections (``http://`` only).
 
     ``clock`` gives the times written into outcomes; ``gaps`` receives inter-chunk seconds.
+    ``session_header``: the header name that carries the ``session`` given to :meth:`stream` (its
+    line is encoded once per session and kept; see :func:`~kvharness.bench.transport.header_value`).
     """
 
     def __init__(
@@ -280,6 +282,7 @@ class FastTransport:
         timeout: float = 300.0,
         connect_timeout: float = 10.0,
         gaps: array[float] | None = None,
+        session_header: str | None = None,
     ) -> None:
         self.clock = clock
         self.gaps = gaps
@@ -288,6 +291,10 @@ class FastTransport:
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
         self._all: set[_Conn] = set()
         self._heads: dict[str, tuple[str, int, bytes]] = {}
+        self._header = (
+            (check_header_name(session_header) + ": ").encode() if session_header else b""
+        )
+        self._lines: dict[str, bytes] = {}
 
     def _release(self, conn: _Conn) -> None:
         self._idle.setdefault(conn.key, []).append(conn)
@@ -301,7 +308,15 @@ class FastTransport:
         self._all.add(conn)
         return conn
 
-    def _head(self, url: str, length: int) -> tuple[str, int, bytes]:
+    def _session_line(self, session: str | None) -> bytes:
+        if session is None or not self._header:
+            return b""
+        line = self._lines.get(session)
+        if line is None:
+            line = self._lines[session] = self._header + header_value(session).encode() + b"\r\n"
+        return line
+
+    def _head(self, url: str, length: int, session: str | None = None) -> tuple[str, int, bytes]:
         known = self._heads.get(url)
         if known is None:
             parts = urlsplit(url)
@@ -310,14 +325,14 @@ class FastTransport:
             head = (
                 f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
                 "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
-                "Content-Length: "
             ).encode()
             known = self._heads[url] = (parts.hostname or "127.0.0.1", parts.port or 80, head)
         host, port, head = known
-        return host, port, head + b"%d\r\n\r\n" % length
+        line = self._session_line(session)
+        return host, port, b"".join((head, line, b"Content-Length: %d\r\n\r\n" % length))
 
-    async def stream(self, url: str, body: bytes) -> Outcome:
-        host, port, head = self._head(url, len(body))
+    async def stream(self, url: str, body: bytes, session: str | None = None) -> Outcome:
+        host, port, head = self._head(url, len(body), session)
         loop = asyncio.get_running_loop()
         for _ in range(2):
             idle = self._idle.get((host, port))

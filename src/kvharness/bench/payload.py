@@ -1,8 +1,9 @@
 """Request bodies for turns, built as bytes with little work per request.
 
 Hash-only turns become ``/v1/completions`` requests whose ``prompt`` is the materialised token-id
-list; each block's ids are encoded to JSON once and reused, so a growing prompt costs a join of
-cached fragments. Turns with messages become ``/v1/chat/completions`` requests whose messages are the
+list, or with ``words`` the text of one word per token, each after a space (see
+:mod:`kvharness.bench.words`); each block's ids or text are encoded to JSON once and reused, so a
+growing prompt costs a join of cached fragments. Turns with messages become ``/v1/chat/completions`` requests whose messages are the
 session's messages so far (turn ``i`` sends the messages of turns ``0..i``).
 """
 
@@ -25,13 +26,32 @@ _enc = msgspec.json.Encoder()
 
 class PayloadBuilder:
     """Builds (path, body) for a turn. Holds a cache of JSON fragments per (block hash, length);
-    memory grows with the distinct blocks sent."""
+    memory grows with the distinct blocks sent.
 
-    __slots__ = ("_blocks", "_low", "_tail", "_vocab", "model")
+    ``words`` (text prompts): token id ``i`` of a block becomes ``" " + words[i]`` and ids are drawn
+    from ``[0, len(words))`` (``vocab_size`` and ``low`` are then unused)."""
 
-    def __init__(self, model: str, vocab_size: int, *, ignore_eos: bool = True, low: int = 0):
+    __slots__ = ("_blocks", "_close", "_low", "_open", "_sep", "_tail", "_vocab", "_words", "model")
+
+    def __init__(
+        self,
+        model: str,
+        vocab_size: int,
+        *,
+        ignore_eos: bool = True,
+        low: int = 0,
+        words: Sequence[str] | None = None,
+    ):
         self._vocab = vocab_size
         self._low = low
+        self._words: list[bytes] | None = None
+        self._open, self._sep, self._close = b',"prompt":[', b",", b"]"
+        if words is not None:
+            if not words:
+                raise ValueError("text prompts need at least one word")
+            self._words = [_enc.encode(" " + w)[1:-1] for w in words]
+            self._vocab, self._low = len(words), 0
+            self._open, self._sep, self._close = b',"prompt":"', b"", b'"'
         self._blocks: dict[tuple[int, int], bytes] = {}
         tail = b',"stream":true,"stream_options":{"include_usage":true}'
         if ignore_eos:
@@ -40,7 +60,8 @@ class PayloadBuilder:
         self.model: bytes = _enc.encode(model)
 
     def prompt_ids_json(self, chain: BlockChain) -> bytes:
-        """The chain's token ids as a JSON array body (without brackets)."""
+        """The chain's token ids as a JSON array body (without brackets); with ``words``, its text
+        as a JSON string body (without quotes)."""
         parts = []
         get = self._blocks.get
         bs = chain.block_size
@@ -50,10 +71,15 @@ class PayloadBuilder:
             n = bs if i < full else tail
             frag = get((h, n))
             if frag is None:
-                ids = block_tokens(h, bs, self._vocab, self._low)[:n]
-                frag = self._blocks[(h, n)] = _enc.encode(ids.tolist())[1:-1]
+                ids = block_tokens(h, bs, self._vocab, self._low)[:n].tolist()
+                words = self._words
+                if words is None:
+                    frag = _enc.encode(ids)[1:-1]
+                else:
+                    frag = b"".join([words[t] for t in ids])
+                self._blocks[(h, n)] = frag
             parts.append(frag)
-        return b",".join(parts)
+        return self._sep.join(parts)
 
     def prepare(self, chains: Iterable[BlockChain]) -> None:
         """Encode every block of ``chains`` now (before a run's clock starts), so that sending
@@ -64,8 +90,9 @@ class PayloadBuilder:
     def completions(self, chain: BlockChain, max_tokens: int) -> bytes:
         return b"".join(
             (
-                b'{"model":', self.model, b',"prompt":[', self.prompt_ids_json(chain),
-                b'],"max_tokens":%d' % max_tokens, self._tail, b"}",
+                b'{"model":', self.model, self._open, self.prompt_ids_json(chain),
+                self._close, b',"max_tokens":%d' % max_tokens,
+                self._tail, b"}",
             )
         )  # fmt: skip
 

@@ -31,6 +31,7 @@ from kvharness.bench.fasthttp import FastTransport
 from kvharness.bench.progress import live_progress
 from kvharness.bench.runner import Counts, Runner, finished_turns
 from kvharness.bench.transport import HttpTransport
+from kvharness.bench.words import PromptWords, prompt_words
 from kvharness.errors import UserError
 from kvharness.report.records import RecordWriter, TurnRecord, read_records
 from kvharness.workload.ideal import IdealCache
@@ -150,7 +151,12 @@ def _rebuild_ideal(workload: Workload, records: list[TurnRecord]) -> IdealCache:
 
 
 async def _run(
-    cfg: BenchConfig, workload: Workload, run_dir: Path, previous: list[TurnRecord], progress: bool
+    cfg: BenchConfig,
+    workload: Workload,
+    run_dir: Path,
+    previous: list[TurnRecord],
+    progress: bool,
+    words: PromptWords | None,
 ) -> tuple[Counts, dict[str, Any], array[float]]:
     # perf_counter, not loop.time(): uvloop's loop clock has only millisecond resolution.
     perf = time.perf_counter
@@ -164,13 +170,18 @@ async def _run(
     use_fast = cfg.client == "fast" and all(t.startswith("http://") for t in cfg.targets)
     kind: type[HttpTransport] | type[FastTransport] = FastTransport if use_fast else HttpTransport
     transport = kind(
-        clock, timeout=cfg.retry.timeout, connect_timeout=cfg.retry.connect_timeout, gaps=gaps
+        clock,
+        timeout=cfg.retry.timeout,
+        connect_timeout=cfg.retry.connect_timeout,
+        gaps=gaps,
+        session_header=cfg.session_header if cfg.mode == "session" else None,
     )
     try:
         with RecordWriter(run_dir / RECORDS) as writer:
             runner = Runner(
                 workload, cfg, transport, writer, clock,
                 finished=finished_turns(previous), ideal=_rebuild_ideal(workload, previous),
+                words=words,
             )  # fmt: skip
             runner.prepare()
             gc.collect()
@@ -231,6 +242,8 @@ def run_bench(
     if resume:
         cfg = msgspec.structs.replace(load_config(run_dir), targets=cfg.targets)
     workload = workload or load_bench_workload(cfg)
+    # Text prompts' words first: a tokenizer that offers too few fails before the run starts.
+    words = prompt_words(cfg.tokenizer) if cfg.prompt_format == "text" else None
     if resume:
         previous = read_records(run_dir / RECORDS) if (run_dir / RECORDS).exists() else []
     else:
@@ -243,7 +256,7 @@ def run_bench(
         cfg = msgspec.structs.replace(cfg, started_at=time.time())
         _save_config(run_dir, cfg)
     with asyncio.Runner(loop_factory=_loop_factory(cfg.event_loop)) as runner:
-        counts, server, gaps = runner.run(_run(cfg, workload, run_dir, previous, progress))
+        counts, server, gaps = runner.run(_run(cfg, workload, run_dir, previous, progress, words))
     _append_json(run_dir / "metrics.json", server)
     records = read_records(run_dir / RECORDS)
     ok = finished_turns(records)

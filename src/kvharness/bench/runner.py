@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from kvharness.bench.config import BenchConfig
 from kvharness.bench.payload import PayloadBuilder, encode_messages
 from kvharness.bench.transport import Transport
+from kvharness.bench.words import PromptWords, prompt_words
 from kvharness.report.records import RecordWriter, TurnRecord
 from kvharness.workload.ideal import IdealCache, engine_cached_tokens
 from kvharness.workload.model import Arrival, Session, Workload
@@ -72,6 +73,7 @@ class Runner:
         *,
         finished: Iterable[tuple[str, int]] = (),
         ideal: IdealCache | None = None,
+        words: PromptWords | None = None,
     ) -> None:
         self.workload = workload
         self.cfg = cfg
@@ -80,7 +82,17 @@ class Runner:
         self.clock = clock
         self.finished = set(finished)
         self.ideal = ideal or IdealCache()
-        self.builder = PayloadBuilder(cfg.model or "", cfg.vocab_size, ignore_eos=cfg.ignore_eos)
+        self.words: PromptWords | None = None
+        if cfg.prompt_format == "text":
+            self.words = words or prompt_words(cfg.tokenizer)
+        self.builder = PayloadBuilder(
+            cfg.model or "",
+            cfg.vocab_size,
+            ignore_eos=cfg.ignore_eos,
+            words=self.words.words if self.words is not None else None,
+        )
+        # Tokens the server adds before a text prompt (its BOS): a prefix every prompt shares.
+        self._special = self.words.special_tokens if self.words is not None else 0
         self.counts = Counts()
         self._rr = 0
         self._history: dict[str, list[bytes]] = {}
@@ -106,14 +118,20 @@ class Runner:
             h = self._history[s.id] = encode_messages(s) if s.turns[0].messages is not None else []
         return h
 
-    async def run_turn(self, s: Session, index: int, intended: float, target: str) -> float | None:
+    async def run_turn(
+        self, s: Session, index: int, intended: float, target: str, session: str | None = None
+    ) -> float | None:
         """Send turn ``index`` of ``s`` (retrying per policy); its ``done`` time, or None if the
-        session must be abandoned."""
+        session must be abandoned. ``session``: the session id to send in the session header
+        (None: no header)."""
         turn = s.turns[index]
         path, body = self.builder.request(s, index, self._history_of(s))
         url = target + path
         hit = self.ideal.visit(turn.input)
-        ideal = engine_cached_tokens(hit.tokens, turn.input_tokens, self.cfg.engine_block_size)
+        k = self._special if turn.messages is None else 0
+        ideal = engine_cached_tokens(
+            hit.tokens + k if hit.tokens else 0, turn.input_tokens + k, self.cfg.engine_block_size
+        )
         retry = self.cfg.retry
         counts = self.counts
         attempt = 0
@@ -121,7 +139,7 @@ class Runner:
             await self._sleep_until(intended)
             sent = self.clock()
             counts.in_flight += 1
-            out = await self.transport.stream(url, body)
+            out = await self.transport.stream(url, body, session)
             counts.in_flight -= 1
             self.writer.write(
                 TurnRecord(
@@ -165,12 +183,13 @@ class Runner:
         counts = self.counts
         counts.sessions_active += 1
         target = self._next_target()
+        sid = s.id if self.cfg.session_header else None
         intended = done = start
         try:
             for i in range(first, len(s.turns)):
                 if i > first:
                     intended = done + s.turns[i].gap * self.cfg.time_scale
-                result = await self.run_turn(s, i, intended, target)
+                result = await self.run_turn(s, i, intended, target, sid)
                 if result is None:
                     counts.sessions_abandoned += 1
                     return

@@ -12,13 +12,14 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import quote
 
 import aiohttp
 import msgspec
 
 from kvharness.bench.sse import DONE, SSEParser, decode_chunk
 
-__all__ = ["HttpTransport", "Outcome", "Transport"]
+__all__ = ["HttpTransport", "Outcome", "Transport", "check_header_name", "header_value"]
 
 
 @dataclass(slots=True)
@@ -39,9 +40,30 @@ class Outcome:
 
 
 class Transport(Protocol):
-    async def stream(self, url: str, body: bytes) -> Outcome: ...
+    async def stream(self, url: str, body: bytes, session: str | None = None) -> Outcome:
+        """POST ``body`` to ``url`` and stream the answer. ``session``: a session id sent in the
+        transport's session header (none when None or when the transport has no header name)."""
+        ...
 
     async def close(self) -> None: ...
+
+
+_TCHAR = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def check_header_name(name: str) -> str:
+    """``name`` if it is a valid HTTP header name (RFC 9110 token), else ValueError."""
+    if not name or not set(name) <= _TCHAR:
+        raise ValueError(f"{name!r} is not a valid HTTP header name")
+    return name
+
+
+def header_value(session: str) -> str:
+    """A session id as a header value: kept as is when it is printable ASCII without leading or
+    trailing spaces, else percent-encoded (UTF-8), so no id can break a request head."""
+    if session.isascii() and session.isprintable() and session.strip() == session:
+        return session
+    return quote(session, safe="!#$&'()*+,/:;=?@[]~-._")
 
 
 def _short(text: str, n: int = 120) -> str:
@@ -53,7 +75,8 @@ class HttpTransport:
     """Streams completions over a shared connection pool (unlimited connections, keep-alive).
 
     ``clock`` gives the times written into outcomes; ``gaps`` (if given) receives the seconds
-    between successive streamed chunks, for inter-token statistics.
+    between successive streamed chunks, for inter-token statistics. ``session_header``: the header
+    name that carries the ``session`` given to :meth:`stream` (see :func:`header_value`).
     """
 
     def __init__(
@@ -63,6 +86,7 @@ class HttpTransport:
         timeout: float = 300.0,
         connect_timeout: float = 10.0,
         gaps: array[float] | None = None,
+        session_header: str | None = None,
     ) -> None:
         self._clock = clock
         self._timeout = timeout
@@ -74,15 +98,25 @@ class HttpTransport:
             skip_auto_headers=("User-Agent",),
         )
         self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        self._header = check_header_name(session_header) if session_header else None
+        self._by_session: dict[str, dict[str, str]] = {}
 
     async def close(self) -> None:
         await self._session.close()
 
-    async def stream(self, url: str, body: bytes) -> Outcome:
+    def _headers_for(self, session: str | None) -> dict[str, str]:
+        if session is None or self._header is None:
+            return self._headers
+        h = self._by_session.get(session)
+        if h is None:
+            h = self._by_session[session] = {**self._headers, self._header: header_value(session)}
+        return h
+
+    async def stream(self, url: str, body: bytes, session: str | None = None) -> Outcome:
         out = Outcome()
         try:
             async with asyncio.timeout(self._timeout):
-                await self._stream(url, body, out)
+                await self._stream(url, body, self._headers_for(session), out)
         except TimeoutError:
             out.error = f"timeout: no answer within {self._timeout:g} s"
             out.retryable = out.first_token is None
@@ -101,10 +135,10 @@ class HttpTransport:
             out.done = None
         return out
 
-    async def _stream(self, url: str, body: bytes, out: Outcome) -> None:
+    async def _stream(self, url: str, body: bytes, headers: dict[str, str], out: Outcome) -> None:
         clock = self._clock
         gaps = self._gaps
-        async with self._session.post(url, data=body, headers=self._headers) as resp:
+        async with self._session.post(url, data=body, headers=headers) as resp:
             if resp.status >= 400:
                 text = await resp.text(errors="replace")
                 out.error = f"http {resp.status}: {_short(text)}"

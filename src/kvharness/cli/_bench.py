@@ -133,7 +133,35 @@ def register(subparsers: Any) -> None:
         help="block size of hash_ids traces (default 512, Mooncake's)",
     )
     p.add_argument(
-        "--tokenizer", default=None, metavar="PATH", help="tokenizer for SWE-agent trajectories"
+        "--tokenizer",
+        default=None,
+        metavar="PATH",
+        help="the served model's tokenizer (tokenizer.json or its folder): tokenises SWE-agent "
+        "trajectories, and picks the words of --prompt-format text",
+    )
+    p.add_argument(
+        "--prompt-format",
+        choices=("tokens", "text"),
+        default="tokens",
+        help="how hash-only turns (Mooncake, synthetic) go to /v1/completions: tokens, a list "
+        "of token ids; text, a string of one word per token, each after a space, for servers "
+        "and routers that take text only (e.g. sglang-router). With --tokenizer the words are "
+        "vocabulary entries verified to be one token each, so the server sees exactly the "
+        "workload's tokens plus its tokenizer's BOS and ideal cached tokens stay exact; without "
+        "it a built-in word list is used and the ideal is approximate (default tokens)",
+    )
+    hdr = p.add_mutually_exclusive_group()
+    hdr.add_argument(
+        "--session-header",
+        default="x-session-id",
+        metavar="NAME",
+        help="HTTP header carrying the session id on every request of session mode, for "
+        "session-aware routers (default x-session-id; isolated mode never sends it)",
+    )
+    hdr.add_argument(
+        "--no-session-header",
+        action="store_true",
+        help="send no session header",
     )
     p.add_argument(
         "--no-ignore-eos",
@@ -199,6 +227,7 @@ def register(subparsers: Any) -> None:
 
 def _config(args: argparse.Namespace) -> Any:
     from kvharness.bench.config import BenchConfig, RetryPolicy
+    from kvharness.bench.transport import check_header_name
 
     for name in ("max_attempts", "vocab_size", "engine_block_size", "workload_block_size"):
         if getattr(args, name) < 1:
@@ -216,6 +245,12 @@ def _config(args: argparse.Namespace) -> Any:
         arrival = "concurrent"
     elif args.trace_times:
         arrival = "trace"
+    header = None if args.no_session_header else args.session_header
+    if header is not None:
+        try:
+            check_header_name(header)
+        except ValueError as err:
+            raise UserError(f"--session-header: {err}") from None
     targets = tuple(t.rstrip("/") for t in args.target)
     for t in targets:
         if not t.startswith(("http://", "https://")):
@@ -232,6 +267,8 @@ def _config(args: argparse.Namespace) -> Any:
         engine_block_size=args.engine_block_size,
         workload_block_size=args.workload_block_size,
         tokenizer=args.tokenizer,
+        prompt_format=args.prompt_format,
+        session_header=header,
         ignore_eos=not args.no_ignore_eos,
         max_sessions=args.max_sessions,
         seed=args.seed,
@@ -287,6 +324,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.target:
             return _run_sim_default()
         cfg = _config(args)
+        if cfg.prompt_format == "text" and cfg.tokenizer is None:
+            console.print(
+                "[yellow]--prompt-format text without --tokenizer: built-in words, so prompt "
+                "token counts and ideal cached tokens are approximate[/]"
+            )
         root = args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S")
         modes = ("session", "isolated") if args.mode == "both" else (args.mode,)
         for mode in modes:

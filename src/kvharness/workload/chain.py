@@ -26,8 +26,10 @@ __all__ = [
     "BlockChain",
     "ChainBuilder",
     "block_tokens",
+    "default_words",
     "materialise",
     "materialise_text",
+    "materialise_words",
     "shared_prefix_tokens",
 ]
 
@@ -228,3 +230,18 @@ def materialise_text(chain: BlockChain, words: Sequence[str] = _WORDS) -> str:
     """
     ids = materialise(chain, len(words))
     return " ".join(words[i] for i in ids)
+
+
+def default_words() -> tuple[str, ...]:
+    """The built-in word list of :func:`materialise_text` (consonant-vowel-consonant words)."""
+    return _WORDS
+
+
+def materialise_words(chain: BlockChain, words: Sequence[str] = _WORDS) -> str:
+    """A chain as text, one word of ``words`` per materialised token, *each preceded by a space*
+    (``"".join(" " + w ...)``): the text of a prefix chain is an exact string prefix of the longer
+    chain's text, and with words that are one token each in a tokenizer (see
+    :mod:`kvharness.bench.words`) it tokenises to exactly ``chain.num_tokens`` tokens.
+    """
+    ids = materialise(chain, len(words))
+    return "".join(" " + words[i] for i in ids)
