@@ -136,3 +136,36 @@ def test_errors_are_reasons(tok: EngineTokenizer) -> None:
 )
 def test_common_prefix_len(a: str, b: str, n: int) -> None:
     assert common_prefix_len(a, b) == n
+
+
+def test_plain_text_prompts_resume_from_anchors(tok: EngineTokenizer) -> None:
+    """Text completions without special tokens (code, tool output, the bench's text prompts):
+    each growing prompt is tokenised from an anchor near its end, and equals a full
+    tokenisation."""
+    for name, msgs in conversations()[:6]:
+        text = ""
+        h = PromptHasher(tok, BS)
+        for k, m in enumerate(msgs):
+            text += m["content"] + "\n"
+            got = h.completion_text(text, "s")
+            ids = tok.encode_ids(text, add_special_tokens=True)
+            assert list(got.token_ids) == ids, (name, k)
+            assert list(got.block_hashes) == chain_hashes(ids, BS), (name, k)
+        assert h.stats.resume_failures == 0, name
+        assert h.stats.incremental >= len(msgs) - 3, name
+        # Most of each prompt was taken over rather than tokenised again.
+        assert h.stats.tokens_reused > 0.5 * h.stats.tokens_total, name
+
+
+def test_an_anchor_that_is_no_boundary_is_caught(tok: EngineTokenizer) -> None:
+    text = " ".join(f"word{i} = value({i})" for i in range(400))
+    h = PromptHasher(tok, BS)
+    h.completion_text(text, "s")
+    state = h._sessions["s"]
+    # As if the tokenizer had merged across the anchors: the old tokens after them differ.
+    for i, _ in state.anchors:
+        state.ids[i] = (state.ids[i] + 1) % 1024
+    longer = text + " tail(1)"
+    got = h.completion_text(longer, "s")
+    assert h.stats.resume_failures == 1 and got.reused_tokens == 0
+    assert list(got.token_ids) == tok.encode_ids(longer, add_special_tokens=True)

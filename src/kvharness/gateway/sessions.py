@@ -5,7 +5,11 @@ keeps, per session, the last prompt's text, token ids and block hashes, and for 
 re-tokenises only from the last *added token* (a chat template's ``<|start_header|>``-like marker)
 at or before the first character that differs, then re-hashes only the blocks from there on.
 Added tokens are cut out of the text before pre-tokenisation, so tokenising from one of them gives
-exactly the tokens a full tokenisation would; prompts without one are tokenised in full.
+exactly the tokens a full tokenisation would. Where there is none close enough (plain text prompts,
+or one long appended message), it resumes from an *anchor*, a word start recorded about every
+128 tokens, and keeps the result only if the first tokens after the anchor come out as they did
+in the last prompt (else it tokenises in full); ``verify_every`` checks samples against a full
+tokenisation.
 
 Sessions are found by the ``x-session-id`` header, or, for chat requests without one, by their
 messages: a request whose first ``k`` messages are the last request's messages continues it
@@ -30,6 +34,11 @@ __all__ = ["HashedPrompt", "HasherStats", "PromptHasher", "common_prefix_len"]
 _MAX_APPENDED_MESSAGES = 32
 """How many trailing messages a continuation may append and still be found without a header."""
 
+_ANCHOR_OVERLAP_CHARS = 256
+"""An anchor is resumed from only when the two prompts share this many characters past it."""
+_ANCHOR_MIN_AGREE = 16
+"""Tokens after an anchor that must come out as before for the resumed tokenisation to be used."""
+
 
 class HashedPrompt(NamedTuple):
     block_hashes: tuple[int, ...]
@@ -52,6 +61,8 @@ class HasherStats:
     verified: int = 0
     mismatches: int = 0
     """Incremental results that differed from full tokenisation (the full result was used)."""
+    resume_failures: int = 0
+    """Resumes from an anchor whose check failed (the prompt was tokenised in full)."""
 
 
 @dataclass(slots=True)
@@ -61,6 +72,7 @@ class _State:
     specials: list[tuple[int, int]]
     hashes: list[int]
     key: tuple[int, int, int] | None = None
+    anchors: list[tuple[int, int]] = field(default_factory=list)
 
 
 def common_prefix_len(a: str, b: str) -> int:
@@ -193,28 +205,70 @@ class PromptHasher:
     def _text(
         self, text: str, state: _State | None, *, add_special_tokens: bool
     ) -> tuple[HashedPrompt, _State]:
+        """Tokenise and hash ``text``, resuming from ``state`` (the session's last prompt) where
+        it can: from the last special token at or before the first differing character (exact),
+        or, when that is far back or there is none, from the last anchor well before it (checked:
+        the resumed tokens must equal the old ones over the text both prompts share past the
+        anchor, else the whole text is tokenised)."""
         tok = self._need_tokenizer()
-        bs = self.block_size
         restart = None
+        checked = False
+        d = 0
         if state is not None and state.text is not None:
             d = common_prefix_len(state.text, text)
             for i, c in reversed(state.specials):
                 if c <= d:
                     restart = (i, c)
                     break
-        if restart is None:
-            enc = tok.encode(text, add_special_tokens=add_special_tokens)
-            ids = array("I", enc.ids)
-            new = _State(text, ids, enc.specials, chain_hashes(ids, bs))
-            self._count(len(ids), 0)
-            return HashedPrompt(tuple(new.hashes), len(ids), ids, 0), new
-        assert state is not None
+            for i, c in reversed(state.anchors):
+                if c <= d - _ANCHOR_OVERLAP_CHARS:
+                    if restart is None or c - restart[1] > _ANCHOR_OVERLAP_CHARS:
+                        restart, checked = (i, c), True
+                    break
+        if restart is not None:
+            assert state is not None
+            resumed = self._resume(text, state, restart, d, checked, add_special_tokens)
+            if resumed is not None:
+                return resumed
+            self.stats.resume_failures += 1
+        enc = tok.encode(text, add_special_tokens=add_special_tokens)
+        ids = array("I", enc.ids)
+        new = _State(text, ids, enc.specials, chain_hashes(ids, self.block_size), None, enc.anchors)
+        self._count(len(ids), 0)
+        return HashedPrompt(tuple(new.hashes), len(ids), ids, 0), new
+
+    def _resume(
+        self,
+        text: str,
+        state: _State,
+        restart: tuple[int, int],
+        shared: int,
+        checked: bool,
+        add_special_tokens: bool,
+    ) -> tuple[HashedPrompt, _State] | None:
+        """Tokenise ``text`` from ``restart`` = (token index, character offset) of the old
+        prompt on, reusing the old tokens before it. ``shared``: characters both texts share.
+        A ``checked`` restart returns None unless the new tokens reproduce the old ones up to
+        ``shared``."""
+        tok = self._need_tokenizer()
+        bs = self.block_size
         i, c = restart
         tail = tok.encode(text[c:], add_special_tokens=False)
+        if checked:
+            # The first tokens from the anchor on lie in the shared text (it extends at least
+            # _ANCHOR_OVERLAP_CHARS past it): if they are the old ones, both tokenisations have
+            # a boundary at the anchor, and pre-tokenisation being local, they agree from there
+            # to near the first difference, past which the new tokens are used anyway.
+            old = state.ids
+            agree = min(_ANCHOR_MIN_AGREE, len(tail.ids), len(old) - i)
+            if tail.ids[:agree] != old[i : i + agree].tolist():
+                return None
         ids = state.ids[:i]
         ids.extend(tail.ids)
-        specials = [s for s in state.specials if s[0] < i]
+        specials = [x for x in state.specials if x[0] < i]
         specials += [(i + j, c + off) for j, off in tail.specials]
+        anchors = [x for x in state.anchors if x[0] < i]
+        anchors += [(i + j, c + off) for j, off in tail.anchors]
         keep = min(i // bs, len(state.hashes))
         hashes = state.hashes[:keep]
         hashes += chain_hashes(ids, bs, hashes[-1] if hashes else ROOT_HASH, keep * bs)
@@ -225,11 +279,11 @@ class PromptHasher:
             if full.ids != ids.tolist():
                 self.stats.mismatches += 1
                 ids = array("I", full.ids)
-                specials = full.specials
+                specials, anchors = full.specials, full.anchors
                 hashes = chain_hashes(ids, bs)
                 i = 0
         self._count(len(ids), i)
-        new = _State(text, ids, specials, hashes)
+        new = _State(text, ids, specials, hashes, None, anchors)
         return HashedPrompt(tuple(hashes), len(ids), ids, i), new
 
     def _count(self, total: int, reused: int) -> None:

@@ -84,6 +84,10 @@ class ChatTemplate:
             raise TemplateError(f"chat template failed: {type(err).__name__}: {err}") from None
 
 
+ANCHOR_EVERY = 128
+"""Tokens between two anchors (see :attr:`Encoded.anchors`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Encoded:
     """Token ids of a text, with the start offsets (characters) of its special tokens."""
@@ -91,6 +95,12 @@ class Encoded:
     ids: list[int]
     specials: list[tuple[int, int]]
     """(token index, character offset) of each special token found in the text, in order."""
+    anchors: list[tuple[int, int]]
+    """(token index, character offset) about every :data:`ANCHOR_EVERY` tokens where a token
+    begins a word (whitespace before it), in order: candidate points to resume tokenising from.
+    The offset is where the previous token ends, so whitespace the tokenizer folds into the token
+    is included. Unlike special tokens these are not guaranteed boundaries; whoever resumes from
+    one checks the result (see :class:`kvharness.gateway.sessions.PromptHasher`)."""
 
 
 class EngineTokenizer:
@@ -107,19 +117,30 @@ class EngineTokenizer:
         self._added = frozenset(self._tok.get_added_tokens_decoder())
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> Encoded:
+        """Token ids, special tokens and anchors of ``text``. O(len(text))."""
         enc = self._tok.encode(text, add_special_tokens=add_special_tokens)
         ids: list[int] = enc.ids
         added = self._added
         specials = []
-        offsets = None
+        offsets = enc.offsets
         for i, t in enumerate(ids):
             if t in added:
-                if offsets is None:
-                    offsets = enc.offsets
                 start, end = offsets[i]
                 if end > start:
                     specials.append((i, start))
-        return Encoded(ids, specials)
+        anchors = []
+        i = ANCHOR_EVERY
+        n = len(ids)
+        while i < n:
+            # The first token from i on that starts a word; at most ANCHOR_EVERY looked at.
+            for j in range(i, min(n, i + ANCHOR_EVERY)):
+                prev_end, start = offsets[j - 1][1], offsets[j][0]
+                if start > prev_end or (start < len(text) and text[start].isspace()):
+                    if prev_end > 0:
+                        anchors.append((j, prev_end))
+                    break
+            i += ANCHOR_EVERY
+        return Encoded(ids, specials, anchors)
 
     def encode_ids(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         ids: list[int] = self._tok.encode(text, add_special_tokens=add_special_tokens).ids
