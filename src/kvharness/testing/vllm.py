@@ -164,8 +164,11 @@ def start_replica(
     kv_events_port: int | None = None,
     log_dir: Path | None = None,
     wait: bool = True,
+    cpu: int | None = None,
 ) -> VllmReplica:
     """Launch a replica (ports picked when None); with ``wait``, return once healthy and warm.
+    ``cpu``: the core its engine's compute threads are bound to (``VLLM_CPU_OMP_THREADS_BIND``,
+    unless ``cfg.extra_env`` sets it); None leaves vLLM's automatic choice.
 
     Raises RuntimeError with the log's tail when the server dies or is not up in time.
     """
@@ -184,6 +187,8 @@ def start_replica(
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
     )
+    if cpu is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(cpu)
     env.update(cfg.extra_env)
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
@@ -258,9 +263,21 @@ def warm_up(replica: VllmReplica) -> None:
         resp.read()
 
 
-def start_replicas(n: int, cfg: ReplicaConfig, *, log_dir: Path | None = None) -> list[VllmReplica]:
-    """Launch ``n`` replicas at once, then wait for and warm each; all stopped on failure."""
-    reps = [start_replica(cfg, log_dir=log_dir, wait=False) for _ in range(n)]
+def start_replicas(
+    n: int, cfg: ReplicaConfig, *, log_dir: Path | None = None, first: int = 0
+) -> list[VllmReplica]:
+    """Launch ``n`` replicas at once, then wait for and warm each; all stopped on failure.
+
+    Replica ``k`` (counting from ``first``, for replicas added to ones already running) computes
+    on core ``k`` of this process's cores, round robin: left to itself, every vLLM-CPU engine
+    binds to the same first core, so replicas would time-share one core instead of being
+    independent servers as in a cluster.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    reps = [
+        start_replica(cfg, log_dir=log_dir, wait=False, cpu=cores[(first + k) % len(cores)])
+        for k in range(n)
+    ]
     try:
         for r in reps:
             wait_ready(r, cfg.startup_timeout)
@@ -316,7 +333,7 @@ class ReplicaPool:
                     f"{n} vLLM replicas needed, KVHARNESS_VLLM_URL names {len(self._external)}"
                 )
             self._replicas += start_replicas(
-                n - len(self._replicas), self.cfg, log_dir=self.log_dir
+                n - len(self._replicas), self.cfg, log_dir=self.log_dir, first=len(self._replicas)
             )
         return self._replicas[:n]
 
