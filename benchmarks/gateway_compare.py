@@ -2,10 +2,18 @@
 
 Starts ``--replicas`` vLLM-CPU replicas of the tiny model (KV events on, prefix caching, optionally
 squeezed with ``--num-gpu-blocks``), then for each router in turn: resets every replica's prefix
-cache, starts the router, drives the same workload through it with ``kvharness bench`` (the same
-chat prompts for all: the real SWE-agent trajectories by default), stops it. Printed: one row per
-router with the cached-token ratio vLLM reported (``usage.prompt_tokens_details``), the workload's
-ideal, and the mean and p90 session makespan.
+cache, starts the router, drives the same workload through it with ``kvharness bench``, stops it.
+The workload is the real SWE-agent trajectories (chat messages) by default, or any bench workload
+spec such as ``synthetic:...`` (hash-only chains, sent as the same text prompts to every router:
+``--prompt-format text``, one single-token word per token, so vLLM's cached tokens stay comparable
+with the workload's ideal). Every request carries the session's ``x-session-id`` header; routers
+that do not use it ignore it. With ``--repeats``, rounds alternate the routers' order so that drift
+in a shared machine's load hits each alike.
+
+Printed: one row per router over the sessions that every run completed, pooled over rounds: the
+cached-token ratio vLLM reported (``usage.prompt_tokens_details``), the workload's ideal, the mean
+and p90 session makespan, the mean against the best peer's (sglang or vllm), each round's mean,
+and how the prompt tokens were spread over the replicas.
 
 Routers and how each is configured (at its best as far as its options go):
 
@@ -20,7 +28,8 @@ Routers and how each is configured (at its best as far as its options go):
 Peers come from PyPI (``pip install sglang-router vllm-router`` into ``--routers-venv``).
 
     .venv/bin/python benchmarks/gateway_compare.py [--replicas 2] [--num-gpu-blocks N]
-        [--concurrency 8] [--max-sessions 22] [--routers kvharness sglang vllm round_robin]
+        [--workload SPEC] [--concurrency 8] [--max-sessions 22] [--repeats 1]
+        [--routers kvharness sglang vllm round_robin]
 """
 
 from __future__ import annotations
@@ -34,8 +43,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import msgspec
+
 from kvharness.report.metrics import summarise
-from kvharness.report.records import read_records
+from kvharness.report.records import TurnRecord, read_records
 from kvharness.testing import ReplicaConfig, ensure_tiny_model
 from kvharness.testing.vllm import VllmReplica, free_port, start_replicas
 
@@ -130,16 +141,79 @@ def router_command(
     raise SystemExit(f"unknown router {name!r}")
 
 
+def run_router(
+    name: str, run_dir: Path, reps: list[VllmReplica], model: Path, args: argparse.Namespace
+) -> tuple[list[TurnRecord], list[float]]:
+    """Start router ``name`` in front of ``reps`` (caches reset), drive the workload through it
+    with ``kvharness bench`` into ``run_dir``; its records and the prompt tokens each replica
+    was sent."""
+    reset_caches(reps)
+    port = free_port()
+    cmd, health = router_command(name, reps, port, model, args.routers_venv, args.policy_option)
+    log = (args.out / f"{run_dir.name}.log").open("wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_up(f"http://127.0.0.1:{port}{health}", proc)
+        wait_routable(f"http://127.0.0.1:{port}", reps[0].model, proc)
+        reset_caches(reps)
+        time.sleep(2.0)  # let event subscriptions settle
+        bench = [sys.executable, "-m", "kvharness", "bench",
+                 "--target", f"http://127.0.0.1:{port}", "--workload", args.workload,
+                 "--tokenizer", str(model / "tokenizer.json"), "--model", reps[0].model,
+                 "--concurrency", str(args.concurrency), "--time-scale", str(args.time_scale),
+                 "--out", str(run_dir), "--label", name, "--no-progress", "--no-metrics",
+                 "--engine-block-size", str(reps[0].block_size),
+                 "--prompt-format", args.prompt_format]  # fmt: skip
+        if args.max_sessions:
+            bench += ["--max-sessions", str(args.max_sessions)]
+        print(f"[{run_dir.name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
+        before = [prompt_tokens(r) for r in reps]
+        done = subprocess.run(bench, env={**os.environ}, capture_output=True, text=True)
+        if not (run_dir / "records.jsonl").exists():
+            raise SystemExit(f"[{name}] bench failed (exit {done.returncode}):\n"
+                             f"{done.stderr.strip()[-2000:]}")  # fmt: skip
+        sent = [prompt_tokens(r) - b for r, b in zip(reps, before, strict=True)]
+        if name in ("kvharness", "round_robin"):
+            # Keep the gateway's own view (decisions by reason, matched prefixes...).
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as m:
+                (args.out / f"{run_dir.name}.metrics").write_bytes(m.read())
+        return read_records(run_dir / "records.jsonl"), sent
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def completed_sessions(records: list[TurnRecord]) -> set[str]:
+    """Sessions whose every turn succeeded in the end (an abandoned session ends in an error)."""
+    last: dict[str, TurnRecord] = {}
+    for r in records:
+        k = last.get(r.session)
+        if k is None or (r.turn, r.attempt) >= (k.turn, k.attempt):
+            last[r.session] = r
+    return {sid for sid, r in last.items() if r.error is None}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=2, help="vLLM-CPU replicas to start")
     ap.add_argument("--num-gpu-blocks", type=int, help="KV blocks per replica (cache pressure)")
     ap.add_argument("--routers", nargs="+", default=["kvharness", "sglang", "vllm", "round_robin"],
                     help="routers to compare, in order")  # fmt: skip
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds over the routers, in alternating order (forward, reversed, ...), "
+                         "so that drift in the machine's load hits every router alike")  # fmt: skip
     ap.add_argument("--workload", default=str(TRACES), help="kvharness bench --workload SPEC")
     ap.add_argument("--concurrency", type=int, default=8, help="sessions in flight")
     ap.add_argument("--max-sessions", type=int, help="run only the first N sessions")
     ap.add_argument("--time-scale", type=float, default=1.0, help="scale of tool gaps")
+    ap.add_argument("--prompt-format", choices=("tokens", "text"), default="text",
+                    help="how bench sends hash-only (e.g. synthetic) turns; text for all four "
+                         "routers, as sglang-router routes on text only")  # fmt: skip
     ap.add_argument("--policy-option", action="append", default=[],
                     help="KEY=VALUE passed to the kvharness gateway's policy")  # fmt: skip
     ap.add_argument("--routers-venv", type=Path, default=REPO / ".cache" / "routers",
@@ -154,73 +228,57 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"starting {args.replicas} vLLM-CPU replicas ...", file=sys.stderr, flush=True)
     reps = start_replicas(args.replicas, cfg, log_dir=args.out / "vllm-logs")
-    rows = []
+    runs: dict[str, list[tuple[list[TurnRecord], list[float]]]] = {n: [] for n in args.routers}
     try:
-        for name in args.routers:
-            reset_caches(reps)
-            port = free_port()
-            cmd, health = router_command(
-                name, reps, port, model, args.routers_venv, args.policy_option
-            )
-            log = (args.out / f"{name}.log").open("wb")
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-            try:
-                wait_up(f"http://127.0.0.1:{port}{health}", proc)
-                wait_routable(f"http://127.0.0.1:{port}", reps[0].model, proc)
-                reset_caches(reps)
-                time.sleep(2.0)  # let event subscriptions settle
-                run_dir = args.out / f"run-{name}"
-                bench = [sys.executable, "-m", "kvharness", "bench",
-                         "--target", f"http://127.0.0.1:{port}", "--workload", args.workload,
-                         "--tokenizer", str(model / "tokenizer.json"), "--model", reps[0].model,
-                         "--concurrency", str(args.concurrency), "--time-scale", str(args.time_scale),
-                         "--out", str(run_dir), "--label", name, "--no-progress", "--no-metrics",
-                         "--engine-block-size", str(reps[0].block_size)]  # fmt: skip
-                if args.max_sessions:
-                    bench += ["--max-sessions", str(args.max_sessions)]
-                print(f"[{name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
-                before = [prompt_tokens(r) for r in reps]
-                done = subprocess.run(bench, env={**os.environ}, capture_output=True, text=True)
-                sent = [prompt_tokens(r) - b for r, b in zip(reps, before, strict=True)]
-                split = "/".join(f"{100 * x / max(1.0, sum(sent)):.0f}" for x in sent)
-                records = list(read_records(run_dir / "records.jsonl"))
-                s = summarise(records, label=name)
-                rows.append((name, s, split, done.returncode))
-                if name in ("kvharness", "round_robin"):
-                    # Keep the gateway's own view (decisions by reason, matched prefixes...).
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as m:
-                        (args.out / f"{name}.metrics").write_bytes(m.read())
-            finally:
-                proc.terminate()
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                log.close()
+        for k in range(args.repeats):
+            for name in args.routers if k % 2 == 0 else args.routers[::-1]:
+                run_dir = args.out / f"run-{name}-{k}"
+                runs[name].append(run_router(name, run_dir, reps, model, args))
     finally:
         for r in reps:
             r.stop()
 
+    # Compare on the sessions every run completed (a router that rejects a session's request,
+    # as sglang-router does some SWE-agent tool-call messages, is not credited for the rest).
+    common = set.intersection(*(completed_sessions(rec) for v in runs.values() for rec, _ in v))
+    rows = []
+    for name, v in runs.items():
+        pooled = [
+            msgspec.structs.replace(r, session=f"{k}/{r.session}")
+            for k, (rec, _) in enumerate(v)
+            for r in rec
+            if r.session in common
+        ]
+        errors = sum(1 for rec, _ in v for r in rec if r.error is not None)
+        sent = [sum(x) for x in zip(*(t for _, t in v), strict=True)]
+        split = "/".join(f"{100 * x / max(1.0, sum(sent)):.0f}" for x in sent)
+        means = [summarise([r for r in rec if r.session in common]).makespan.mean for rec, _ in v]
+        rows.append((name, summarise(pooled, label=name), split, errors, means))
+
     blocks = f", {args.num_gpu_blocks} KV blocks each" if args.num_gpu_blocks else ""
     print(f"\n{args.replicas} vLLM-CPU replicas (tiny Llama, block {reps[0].block_size}{blocks}); "
-          f"workload {args.workload}; {args.concurrency} sessions in flight")  # fmt: skip
+          f"workload {args.workload}; {args.concurrency} sessions in flight; "
+          f"{args.repeats} round(s); {len(common)} sessions completed by every run")  # fmt: skip
     print(f"{'router':<12} {'turns ok':>8} {'errors':>6} {'cached':>8} {'ideal':>8} "
-          f"{'vs ideal':>8} {'makespan mean':>14} {'p90':>8}  prompt tokens per replica %")  # fmt: skip
-    for name, s, split, _rc in rows:
+          f"{'vs ideal':>8} {'makespan mean':>14} {'p90':>8} {'vs best peer':>13} "
+          f"{'mean per round':>20}  prompt tokens per replica %")  # fmt: skip
+    peers = [s.makespan.mean for n, s, *_ in rows if n in ("sglang", "vllm") and s.makespan.mean]
+    best_peer = min(peers) if peers else None
+
+    def pc(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    def sec(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}s"
+
+    for name, s, split, errors, means in rows:
         c = s.cache
-
-        def pc(x: float | None) -> str:
-            return "-" if x is None else f"{100 * x:.1f}%"
-
-        def sec(x: float | None) -> str:
-            return "-" if x is None else f"{x:.2f}s"
-
-        print(f"{name:<12} {s.turns_ok:>8} {sum(s.errors.values()):>6} {pc(c.achieved_ratio):>8} "
-              f"{pc(c.ideal_ratio):>8} {pc(c.achieved_vs_ideal):>8} {sec(s.makespan.mean):>14} "
-              f"{sec(s.makespan.p90):>8}  {split}")  # fmt: skip
+        m = s.makespan.mean
+        vs_peer = "-" if best_peer is None or m is None else f"{m / best_peer:.3f}x"
+        per_round = "/".join("-" if x is None else f"{x:.1f}" for x in means)
+        print(f"{name:<12} {s.turns_ok:>8} {errors:>6} {pc(c.achieved_ratio):>8} "
+              f"{pc(c.ideal_ratio):>8} {pc(c.achieved_vs_ideal):>8} {sec(m):>14} "
+              f"{sec(s.makespan.p90):>8} {vs_peer:>13} {per_round:>20}  {split}")  # fmt: skip
 
 
 if __name__ == "__main__":
