@@ -65,7 +65,7 @@ def test_exclude_and_policy_contract_fallback() -> None:
 
 def test_bookkeeping_and_own_decisions_feed_the_index() -> None:
     index = PrefixIndex(2)
-    r = Router(make_policy("round_robin"), states(2), index, event_fed=[True, False])
+    r = Router(make_policy("round_robin"), states(2), index)
     first = r.route(req(), 0.0)
     assert isinstance(first, Routed)
     flights = []
@@ -73,8 +73,8 @@ def test_bookkeeping_and_own_decisions_feed_the_index() -> None:
         out = r.route(req(rid=str(t)), float(t))
         assert isinstance(out, Routed)
         flights.append(r.dispatched(req(rid=str(t)), out, float(t)))
-    # Replica 1 has no events: the router recorded the prompt there; replica 0 learns by events.
-    assert index.match((1, 2, 3)) == [0, 3]
+    # Each replica is taken to hold what it was sent, before any event says so.
+    assert index.match((1, 2, 3)) == [3, 3]
     s1 = r.states[flights[1].replica]
     assert s1.running == 1 and s1.pending_prefill_tokens == 14 and s1.used_blocks == 5
     r.first_token(flights[1], 2.0)

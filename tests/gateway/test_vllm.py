@@ -77,8 +77,12 @@ async def test_openai_client_against_vllm_and_hashes_match_the_engine(
         hashed = gw.hasher.chat(msgs, None)
         assert hashed.num_tokens == first.usage.prompt_tokens  # same tokens as the engine
         full = len(hashed.block_hashes)
-        # The index knows the prompt's blocks only from vLLM's events, under the gateway's names.
-        await until(lambda: gw.index.match(hashed.block_hashes)[0] == full)
+        # vLLM's events name every block of the prompt, under the gateway's own hashes.
+        sub = gw.subscribers[0]
+        assert sub is not None
+        await until(lambda: sub.stats.translated_blocks >= full)
+        assert sub.stats.untranslated_blocks == 0
+        assert gw.index.match(hashed.block_hashes)[0] == full
         second = await c.chat.completions.create(model=rep.model, messages=msgs, max_tokens=4)
         details = second.usage.prompt_tokens_details if second.usage else None
         assert details is not None and details.cached_tokens == full * BS
@@ -194,8 +198,9 @@ async def test_dropped_kv_events_and_the_index_recovers(
         await until(lambda: gw.index.match(hc)[0] == len(hc))
         assert sub.stats.gaps >= 1
         if replay:
-            # The lost batches were replayed: the index is whole.
+            # The lost batches were replayed: every block stored was seen.
             assert sub.stats.replays >= 1 and sub.stats.stale_marks == 0
+            await until(lambda: sub.stats.translated_blocks >= len({*ha, *hb, *hc}))
             assert gw.index.match(hb)[0] == len(hb) and gw.index.match(ha)[0] == len(ha)
         else:
             # Marked stale (entries dropped, never trusted), then rebuilt: vLLM does not

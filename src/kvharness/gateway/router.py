@@ -55,10 +55,12 @@ class Router:
     """Routes hashed requests with ``policy`` over ``states``, using and feeding ``index``.
 
     ``max_queue`` bounds the requests in flight per replica (a replica at it is not offered to the
-    policy; when all are, :meth:`route` answers :class:`Overloaded`). ``event_fed[i]`` says whether
-    replica ``i``'s index entries come from KV events; for the others the router's own decisions
-    feed the index (:meth:`PrefixIndex.record_routed`). Mutates ``states``, ``index`` and the
-    policy's own state.
+    policy; when all are, :meth:`route` answers :class:`Overloaded`). Each decision feeds the index
+    at once (:meth:`PrefixIndex.record_routed`): the replica will hold the prompt's blocks once it
+    has prefilled them, and requests that arrive before its KV events say so (sessions starting
+    together on a shared repository context) should see them there; events then confirm them, or
+    remove them when the engine evicts. For replicas without events, decisions are all the index
+    has, bounded by its LRU capacity. Mutates ``states``, ``index`` and the policy's own state.
     """
 
     def __init__(
@@ -68,7 +70,6 @@ class Router:
         index: PrefixIndex,
         *,
         max_queue: int = 256,
-        event_fed: Sequence[bool] | None = None,
         retry_after_s: float = 1.0,
         rate_alpha: float = 0.2,
     ) -> None:
@@ -78,7 +79,6 @@ class Router:
         self.states = list(states)
         self.index = index
         self.max_queue = max_queue
-        self.event_fed = list(event_fed) if event_fed is not None else [False] * len(states)
         self.retry_after_s = retry_after_s
         self.rate_alpha = rate_alpha
         self.inflight = [0] * len(states)
@@ -129,8 +129,7 @@ class Router:
         s.running += 1
         s.pending_prefill_tokens += new
         s.used_blocks += blocks
-        if not self.event_fed[i]:
-            self.index.record_routed(i, request.block_hashes)
+        self.index.record_routed(i, request.block_hashes)
         self.policy.on_routed(request, i, now)
         return Flight(request, i, new, blocks, now, ahead)
 

@@ -127,7 +127,6 @@ class Gateway:
             self.states,
             self.index,
             max_queue=config.max_queue,
-            event_fed=[s is not None for s in self.subscribers],
             retry_after_s=config.retry_after_s,
         )
         self.hasher = PromptHasher(tokenizer, bs, verify_every=config.verify_hashing_every)
@@ -235,9 +234,12 @@ class Gateway:
                 log.warning("replicas report different block sizes %s; using the first", sizes)
             self._set_block_size(next(i.block_size for i in infos if i.block_size))
         if self.config.capacity_blocks is None:
-            for s, info in zip(self.states, infos, strict=True):
+            for i, (s, info) in enumerate(zip(self.states, infos, strict=True)):
                 if info.num_gpu_blocks:
                     s.capacity_blocks = info.num_gpu_blocks
+                    if self.config.lru_blocks is None:
+                        # What decisions alone assume cached is bounded by the replica's KV.
+                        self.index.set_lru_capacity(i, info.num_gpu_blocks)
 
     async def _scrape_loop(self) -> None:
         assert self._session is not None
@@ -391,15 +393,12 @@ class Gateway:
                 bs = self.states[i].block_size
                 m.matched_ratio.observe(min(1.0, outcome.matched_blocks * bs / hashed.num_tokens))
             sub = self.subscribers[i]
-            if sub is not None and sub.translator.recovering:
-                # Events were lost: until they flow cleanly again, the router's own decisions
-                # also feed the index (the engine does not re-announce blocks it already holds),
-                # and name stores whose parents were lost.
-                self.index.record_routed(i, hashed.block_hashes)
-                if hashed.token_ids:
-                    sub.translator.learn_route(
-                        hashed.block_hashes, hashed.token_ids, self.states[i].block_size
-                    )
+            if sub is not None and sub.translator.recovering and hashed.token_ids:
+                # Events were lost: until they flow cleanly again, the routed prompts name
+                # stores whose parents were lost (the router's decisions feed the index anyway).
+                sub.translator.learn_route(
+                    hashed.block_hashes, hashed.token_ids, self.states[i].block_size
+                )
             flight = self.router.dispatched(route_req, outcome, time.monotonic())
             m.route_seconds.observe(time.perf_counter() - t0)
             try:
