@@ -389,7 +389,7 @@ class Gateway:
                 break
             i = outcome.replica
             tried.add(i)
-            m.decisions.labels(outcome.reason).inc()
+            m.count_decision(outcome.reason)
             if hashed.num_tokens:
                 bs = self.states[i].block_size
                 m.matched_ratio.observe(min(1.0, outcome.matched_blocks * bs / hashed.num_tokens))
@@ -449,7 +449,7 @@ class Gateway:
                 if upstream.status == 200:
                     self._observe_usage(data)
                 outcome = "ok" if upstream.status < 400 else f"http_{upstream.status}"
-                self.metrics.requests.labels(url, kind, outcome).inc()
+                self.metrics.count_request(url, kind, outcome)
                 return web.Response(
                     status=upstream.status,
                     body=data,
@@ -525,7 +525,7 @@ class Gateway:
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             self.metrics.requests.labels(url, kind, "client_gone").inc()
             return resp
-        self.metrics.requests.labels(url, kind, "ok").inc()
+        self.metrics.count_request(url, kind, "ok")
         self._observe_stream_usage(b"".join(tail)[-4096:])
         return resp
 
