@@ -89,6 +89,13 @@ def _error(
     )
 
 
+class _RelayResponse(web.StreamResponse):
+    """A streamed answer whose head goes out with its first piece (one send, not two), as
+    aiohttp's own ``web.Response`` does; the class attribute is aiohttp's switch for it."""
+
+    _send_headers_immediately = False
+
+
 class _UpstreamFailed(Exception):
     """The replica failed before the answer to the client started: safe to retry elsewhere."""
 
@@ -481,7 +488,7 @@ class Gateway:
             self._suspect(i, "empty stream")
             raise _UpstreamFailed(f"{url}: the stream ended before its first byte")
         self.router.first_token(flight, time.monotonic())
-        resp = web.StreamResponse(
+        resp = _RelayResponse(
             status=upstream.status,
             headers={
                 "Content-Type": ctype,
