@@ -8,10 +8,14 @@ and chat template), and the load generator as a third. At each concurrency (1, 5
 closed loop: each stream sends its next request when the last one finished) the same chat request
 (a ~300-token prompt, ``stream: true``) runs for ``--seconds`` direct and through the gateway,
 alternating twice; time to first byte and to the end of the stream are recorded per request.
+The load generator is a minimal HTTP/1.1 client on uvloop (one keep-alive connection per stream,
+framing parsed in ``data_received``), so it is not what limits the rate; its busy share of one
+core is printed.
 
 Printed: p50/p99 of both, direct and via the gateway, and their differences (the added latency;
-targets p50 < 1 ms, p99 < 5 ms), and the gateway process's CPU time per request (user + system,
-from /proc; it bounds what the gateway adds on an idle core and does not depend on other load).
+targets p50 < 1 ms, p99 < 5 ms), and the gateway's and the fake replica's CPU time per request
+(user + system, from /proc; the gateway's bounds what it adds on an idle core and hardly depends
+on other load).
 On a machine whose cores are busy with other work, each extra process hop also waits to be
 scheduled, which inflates the latency differences; the command line is printed so the run can be
 repeated elsewhere.
@@ -31,7 +35,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import aiohttp
 import numpy as np
 
 from kvharness.testing.tiny_model import ensure_tiny_model
@@ -52,46 +55,120 @@ def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> Non
             time.sleep(0.1)
 
 
-def body(i: int) -> bytes:
+def body(i: int, tokens: int) -> bytes:
     text = " ".join(f"line {k}: x = compute(x, {k})" for k in range(40))
     msgs = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": f"task {i % 16}\n{text}"},
     ]
     return json.dumps(
-        {"model": "fake-model", "messages": msgs, "max_tokens": 0, "stream": True}
+        {"model": "fake-model", "messages": msgs, "max_tokens": tokens, "stream": True}
     ).encode()
+
+
+class _Stream(asyncio.Protocol):
+    """One closed-loop stream on one keep-alive connection: a minimal HTTP/1.1 client (one
+    write per request; response head, chunked framing and end found in ``data_received``) so
+    the load generator spends little CPU per request and per streamed chunk."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.done: asyncio.Future[None] | None = None
+        self.buf = bytearray()
+        self.t0 = self.t1 = 0.0
+        self.state = 0  # 0 head, 1 chunk size, 2 chunk data (+CRLF), 3 finished
+        self.need = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(ConnectionError(f"connection lost: {exc}"))
+
+    def send(self, request: bytes) -> asyncio.Future[None]:
+        assert self.transport is not None
+        self.done = asyncio.get_running_loop().create_future()
+        self.buf.clear()
+        self.state, self.t1 = 0, 0.0
+        self.t0 = time.perf_counter()
+        self.transport.write(request)
+        return self.done
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        while True:
+            if self.state == 0:
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    break
+                head = bytes(buf[:end]).lower()
+                if (
+                    not head.startswith(b"http/1.1 200")
+                    or b"transfer-encoding: chunked" not in head
+                ):
+                    self._fail(f"unexpected response: {head[:200]!r}")
+                    return
+                pos, self.state = end + 4, 1
+            elif self.state == 1:
+                end = buf.find(b"\r\n", pos)
+                if end < 0:
+                    break
+                size = int(buf[pos:end], 16)
+                pos = end + 2
+                if size == 0:  # the last chunk (no trailers): the answer is complete
+                    self.state = 3
+                    if self.done is not None:
+                        self.done.set_result(None)
+                    break
+                self.state, self.need = 2, size + 2
+                if not self.t1:
+                    self.t1 = time.perf_counter()
+            else:
+                take = min(self.need, len(buf) - pos)
+                pos += take
+                self.need -= take
+                if self.need:
+                    break
+                self.state = 1
+        del buf[:pos]
+
+    def _fail(self, why: str) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(RuntimeError(why))
 
 
 async def phase(
     url: str, concurrency: int, seconds: float, tokens: int
 ) -> tuple[list[float], list[float]]:
-    """Closed-loop streams for ``seconds``; (ttfb, total) per request, seconds."""
+    """Closed-loop streams for ``seconds``; (ttfb, total) per request, seconds. TTFB is the
+    first byte of the answer's body."""
     ttfb: list[float] = []
     total: list[float] = []
     stop = time.perf_counter() + seconds
-    conn = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=conn) as s:
+    host, port = url.removeprefix("http://").split(":")
+    loop = asyncio.get_running_loop()
 
-        async def worker(w: int) -> None:
-            i = 0
-            payload = body(w)
-            payload = payload.replace(b'"max_tokens": 0', f'"max_tokens": {tokens}'.encode())
-            headers = {"Content-Type": "application/json", "x-session-id": f"w{w}"}
+    async def worker(w: int) -> None:
+        payload = body(w, tokens)
+        request = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Content-Type: application/json\r\nx-session-id: w{w}\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n"
+        ).encode() + payload
+        transport, conn = await loop.create_connection(_Stream, host, int(port))
+        try:
             while time.perf_counter() < stop:
-                t0 = time.perf_counter()
-                async with s.post(url + "/v1/chat/completions", data=payload, headers=headers) as r:
-                    first = await r.content.readany()
-                    t1 = time.perf_counter()
-                    assert r.status == 200 and first, r.status
-                    while await r.content.readany():
-                        pass
+                await conn.send(request)
                 t2 = time.perf_counter()
-                ttfb.append(t1 - t0)
-                total.append(t2 - t0)
-                i += 1
+                ttfb.append(conn.t1 - conn.t0)
+                total.append(t2 - conn.t0)
+        finally:
+            transport.close()
 
-        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
     return ttfb, total
 
 
@@ -134,29 +211,35 @@ async def run(args: argparse.Namespace) -> None:
               f"{os.getpriority(os.PRIO_PROCESS, 0)}; {args.seconds} s x2 per side and concurrency\n")  # fmt: skip
         head = (f"{'streams':>7} {'reqs':>6} | {'TTFB p50':>9} {'p99':>7} direct | {'p50':>7} "
                 f"{'p99':>7} gateway | {'added p50':>9} {'p99':>7} | end-to-end added p50 / p99 | "
-                "gateway CPU ms/request")  # fmt: skip
+                "CPU ms/request: gateway, replica; load-gen busy")  # fmt: skip
         print(head)
         for c in args.concurrency:
             d_ttfb: list[float] = []
             d_tot: list[float] = []
             g_ttfb: list[float] = []
             g_tot: list[float] = []
-            gw_cpu = 0.0
+            gw_cpu = be_cpu = gen_cpu = gen_wall = 0.0
             for _ in range(2):
                 a, b = await phase(direct, c, args.seconds / 2, args.tokens)
                 d_ttfb += a
                 d_tot += b
-                cpu0 = cpu_seconds(gateway.pid)
+                cpu0, be0 = cpu_seconds(gateway.pid), cpu_seconds(backend.pid)
+                own0, wall0 = time.process_time(), time.perf_counter()
                 a, b = await phase(via, c, args.seconds / 2, args.tokens)
+                gen_cpu += time.process_time() - own0
+                gen_wall += time.perf_counter() - wall0
                 gw_cpu += cpu_seconds(gateway.pid) - cpu0
+                be_cpu += cpu_seconds(backend.pid) - be0
                 g_ttfb += a
                 g_tot += b
+            n = max(1, len(g_tot))
             print(
                 f"{c:>7} {len(g_tot):>6} | {pct(d_ttfb, 50):>8.2f}ms {pct(d_ttfb, 99):>6.2f}ms "
                 f"       | {pct(g_ttfb, 50):>6.2f}ms {pct(g_ttfb, 99):>6.2f}ms         | "
                 f"{pct(g_ttfb, 50) - pct(d_ttfb, 50):>8.2f}ms {pct(g_ttfb, 99) - pct(d_ttfb, 99):>6.2f}ms | "
                 f"{pct(g_tot, 50) - pct(d_tot, 50):.2f} ms / {pct(g_tot, 99) - pct(d_tot, 99):.2f} ms"
-                f" | {1000 * gw_cpu / max(1, len(g_tot)):.2f}",
+                f" | {1000 * gw_cpu / n:.2f}, {1000 * be_cpu / n:.2f}; "
+                f"{100 * gen_cpu / max(gen_wall, 1e-9):.0f}%",
                 flush=True,
             )
     finally:
@@ -190,7 +273,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.nice:
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # children inherit it
-    asyncio.run(run(args))
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(run(args))
+    else:
+        uvloop.run(run(args))
 
 
 if __name__ == "__main__":

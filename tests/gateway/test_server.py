@@ -275,3 +275,42 @@ async def test_engine_load_is_scraped(fake_backends: Any, gateways: Any) -> None
     assert (s.running, s.waiting) == (1, 2)
     assert s.used_blocks == round(0.3 * s.capacity_blocks)
     assert [r[0] for r in await asyncio.gather(*slow)] == [200] * 3
+
+
+async def test_streams_relay_to_http10_and_http11_clients_byte_for_byte(
+    fake_backends: Any, gateways: Any
+) -> None:
+    """The relayed payload is the replica's, unchanged: chunk-framed for HTTP/1.1 clients (read
+    with a keep-alive connection used twice), raw and closed for HTTP/1.0 ones."""
+    (b,) = fake_backends(1)
+    gw = await gateways(backends=(b.url,))
+    body = json.dumps({"messages": MSGS, "max_tokens": 12, "stream": True}).encode()
+
+    async def raw(version: str, times: int) -> list[bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        out = []
+        for _ in range(times):
+            writer.write(
+                f"POST /v1/chat/completions HTTP/{version}\r\nHost: x\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(f"HTTP/{version} 200".encode()), head
+            if b"chunked" in head.lower():
+                payload = b""
+                while size := int((await reader.readuntil(b"\r\n"))[:-2], 16):
+                    payload += (await reader.readexactly(size + 2))[:-2]
+                assert await reader.readexactly(2) == b"\r\n"
+            else:
+                payload = await reader.read()  # until the gateway closes
+            out.append(payload)
+        writer.close()
+        return out
+
+    for payload in [*await raw("1.1", 2), *await raw("1.0", 1)]:
+        events = payload.split(b"\n\n")
+        assert events[-2:] == [b"data: [DONE]", b""], payload[-80:]
+        chunks = [json.loads(e[6:]) for e in events[:-2]]
+        assert "".join(c["choices"][0]["delta"]["content"] for c in chunks[:-1]) == " tok" * 12
+        assert chunks[-1]["usage"]["completion_tokens"] == 12

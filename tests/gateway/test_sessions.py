@@ -169,3 +169,52 @@ def test_an_anchor_that_is_no_boundary_is_caught(tok: EngineTokenizer) -> None:
     got = h.completion_text(longer, "s")
     assert h.stats.resume_failures == 1 and got.reused_tokens == 0
     assert list(got.token_ids) == tok.encode_ids(longer, add_special_tokens=True)
+
+
+class CountingTemplate(ChatTemplate):
+    """The model's template, counting its renderings."""
+
+    renders = 0
+
+    def render(self, *args: Any, **kwargs: Any) -> str:
+        self.renders += 1
+        return super().render(*args, **kwargs)
+
+
+def test_repeated_prompts_are_not_rendered_or_tokenised_again(tok: EngineTokenizer) -> None:
+    assert tok.template is not None
+    tmpl = CountingTemplate(tok.template.source, tok.template.special)
+    h = PromptHasher(EngineTokenizer(tok.path, tmpl), BS)
+    _, msgs = conversations()[3]
+    full = tok.encode_ids(tmpl.render(msgs[:5]))
+    tmpl.renders = 0
+    first = h.chat(msgs[:5], "s")
+    again = h.chat(list(msgs[:5]), "s")
+    assert tmpl.renders == 1  # the repeat reused the last result
+    assert list(again.token_ids) == full and list(again.block_hashes) == chain_hashes(full, BS)
+    assert again.reused_tokens == again.num_tokens == first.num_tokens
+    # Other template options are another prompt: rendered again.
+    other = h.chat(msgs[:5], "s", add_generation_prompt=False)
+    assert tmpl.renders == 2 and other.num_tokens < first.num_tokens
+    # Without a header, a repeat is found by its messages and is the same session.
+    anon = PromptHasher(tok, BS)
+    a = anon.chat(msgs[:3], None)
+    b = anon.chat(msgs[:3], None)
+    assert a.session == b.session and len(anon) == 1 and b.reused_tokens == b.num_tokens
+    # Text completions: an identical text is not tokenised again.
+    c1 = anon.completion_text("def f(x):\n    return x", "c")
+    c2 = anon.completion_text("def f(x):\n    return x", "c")
+    assert c2.reused_tokens == c2.num_tokens and list(c2.token_ids) == list(c1.token_ids)
+
+
+def test_clock_printing_templates_are_rendered_every_time(tok: EngineTokenizer) -> None:
+    tmpl = CountingTemplate(
+        "{{ strftime_now('%Y') }}{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}"
+    )
+    assert tmpl.time_dependent
+    h = PromptHasher(EngineTokenizer(tok.path, tmpl), 4)
+    msgs = [{"role": "user", "content": "hello there"}]
+    h.chat(msgs, "s")
+    again = h.chat(msgs, "s")
+    assert tmpl.renders == 2  # rendered again; the identical text was still not re-tokenised
+    assert again.reused_tokens == again.num_tokens

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -140,6 +141,24 @@ class GatewayMetrics:
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5),
             registry=r,
         )
+
+        self._request_children: dict[tuple[str, str, str], Any] = {}
+        self._decision_children: dict[str, Any] = {}
+
+    def count_request(self, replica: str, endpoint: str, outcome: str) -> None:
+        """``requests`` + 1 for these labels (children bound once: the per-request path)."""
+        key = (replica, endpoint, outcome)
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.requests.labels(*key)
+        child.inc()
+
+    def count_decision(self, reason: str) -> None:
+        """``routing_decisions`` + 1 for ``reason``."""
+        child = self._decision_children.get(reason)
+        if child is None:
+            child = self._decision_children[reason] = self.decisions.labels(reason)
+        child.inc()
 
     def watch(
         self,

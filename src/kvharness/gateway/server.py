@@ -16,6 +16,7 @@ import functools
 import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,6 +41,8 @@ from kvharness.gateway.requests import (
 from kvharness.gateway.router import Flight, NoReplica, Overloaded, Router
 from kvharness.gateway.sessions import HashedPrompt, PromptHasher
 from kvharness.gateway.tokenizer import EngineTokenizer, TemplateError, load_engine_tokenizer
+from kvharness.gateway.upstream import Response as UpstreamResponse
+from kvharness.gateway.upstream import StreamCut, Upstream, UpstreamError
 from kvharness.routing.base import ReplicaState, RouteRequest, make_policy
 from kvharness.routing.index import PrefixIndex
 
@@ -55,11 +58,13 @@ _RETRY_STATUSES = frozenset({502, 503, 504})
 _NOT_FORWARDED = frozenset(
     {
         "host", "content-length", "connection", "keep-alive", "transfer-encoding", "upgrade",
-        "te", "trailer", "proxy-authorization", "proxy-connection", "accept-encoding",
+        "te", "trailer", "proxy-authorization", "proxy-connection", "accept-encoding", "expect",
     }
 )  # fmt: skip
 """Hop-by-hop and body-framing headers; the rest of a request's headers go to the replica."""
 _json = msgspec.json.Encoder()
+_RELAY_HIGH = 1024 * 1024
+"""Bytes queued for a client above which its replica's socket is not read (backpressure)."""
 
 
 def error_body(message: str, kind: str, status: int, param: str | None = None) -> bytes:
@@ -82,6 +87,13 @@ def _error(
         content_type="application/json",
         headers=headers,
     )
+
+
+class _RelayResponse(web.StreamResponse):
+    """A streamed answer whose head goes out with its first piece (one send, not two), as
+    aiohttp's own ``web.Response`` does; the class attribute is aiohttp's switch for it."""
+
+    _send_headers_immediately = False
 
 
 class _UpstreamFailed(Exception):
@@ -145,6 +157,9 @@ class Gateway:
         self._ids = itertools.count()
         self._hash_lock = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
+        """For health checks, discovery, scrapes and /v1/models (off the request path)."""
+        self._upstream: Upstream | None = None
+        """For proxied requests: lean keep-alive HTTP/1.1 (see kvharness.gateway.upstream)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._event_tasks: dict[int, asyncio.Task[None]] = {}
         self._runner: web.AppRunner | None = None
@@ -178,6 +193,10 @@ class Gateway:
             ),
             auto_decompress=False,
         )
+        self._upstream = Upstream(
+            connect_timeout_s=self.config.connect_timeout_s,
+            read_timeout_s=self.config.read_timeout_s,
+        )
         await self._discover()
         for i, sub in enumerate(self.subscribers):
             if sub is not None:
@@ -203,6 +222,7 @@ class Gateway:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             self._tasks.clear()
+            self._upstream.close()
             await self._session.close()
 
     def start_events(self, i: int) -> None:
@@ -370,7 +390,7 @@ class Gateway:
             prompt_tokens=hashed.num_tokens,
             max_output_tokens=parsed.max_output_tokens,
         )
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED]
         tried: set[int] = set()
         last_error = "no replica"
         for _attempt in range(self.config.max_attempts):
@@ -388,7 +408,7 @@ class Gateway:
                 break
             i = outcome.replica
             tried.add(i)
-            m.decisions.labels(outcome.reason).inc()
+            m.count_decision(outcome.reason)
             if hashed.num_tokens:
                 bs = self.states[i].block_size
                 m.matched_ratio.observe(min(1.0, outcome.matched_blocks * bs / hashed.num_tokens))
@@ -419,33 +439,33 @@ class Gateway:
         i: int,
         path: str,
         body: bytes,
-        headers: dict[str, str],
+        headers: list[tuple[str, str]],
         parsed: ParsedRequest,
         flight: Flight,
         kind: Kind,
     ) -> web.StreamResponse:
-        assert self._session is not None
+        assert self._upstream is not None
         url = self.urls[i]
         try:
-            upstream = await self._session.post(url + path, data=body, headers=headers)
-        except (TimeoutError, aiohttp.ClientConnectionError, OSError) as err:
-            self._suspect(i, f"{type(err).__name__}: {err}")
-            raise _UpstreamFailed(f"{url}: {type(err).__name__}: {err}") from None
+            upstream = await self._upstream.post(url, path, body, headers)
+        except UpstreamError as err:
+            self._suspect(i, str(err))
+            raise _UpstreamFailed(f"{url}: {err}") from None
         try:
             if upstream.status in _RETRY_STATUSES:
                 raise _UpstreamFailed(f"{url} answered {upstream.status}")
-            ctype = upstream.headers.get("Content-Type", "application/json")
+            ctype = upstream.headers.get("content-type", "application/json")
             if not ctype.startswith("text/event-stream"):
                 try:
                     data = await upstream.read()
-                except (TimeoutError, aiohttp.ClientError) as err:
+                except StreamCut as err:
                     self._suspect(i, f"answer cut: {err}")
                     raise _UpstreamFailed(f"{url}: answer cut: {err}") from None
                 self.router.first_token(flight, time.monotonic())
                 if upstream.status == 200:
                     self._observe_usage(data)
                 outcome = "ok" if upstream.status < 400 else f"http_{upstream.status}"
-                self.metrics.requests.labels(url, kind, outcome).inc()
+                self.metrics.count_request(url, kind, outcome)
                 return web.Response(
                     status=upstream.status,
                     body=data,
@@ -453,32 +473,31 @@ class Gateway:
                 )
             return await self._stream(request, upstream, i, flight, kind, ctype)
         finally:
-            if upstream.content.at_eof():
-                upstream.release()
-            else:
-                upstream.close()  # abandons the answer: the engine stops generating it
+            upstream.release()  # pooled if read whole; else closed: the engine stops generating
 
     async def _stream(
         self,
         request: web.Request,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         i: int,
         flight: Flight,
         kind: Kind,
         ctype: str,
     ) -> web.StreamResponse:
+        """Relay a streamed answer. After the first piece (sent through aiohttp, which also
+        sends the head), pieces go from the replica's socket to the client's as they arrive,
+        framed here as aiohttp would (chunked on HTTP/1.1), without waking this task."""
         url = self.urls[i]
-        content = upstream.content
         try:
-            first = await content.readany()
-        except (TimeoutError, aiohttp.ClientError) as err:
+            first = await upstream.first()
+        except StreamCut as err:
             self._suspect(i, f"stream failed before its first byte: {err}")
             raise _UpstreamFailed(f"{url}: stream failed before its first byte: {err}") from None
         if not first:
             self._suspect(i, "empty stream")
             raise _UpstreamFailed(f"{url}: the stream ended before its first byte")
         self.router.first_token(flight, time.monotonic())
-        resp = web.StreamResponse(
+        resp = _RelayResponse(
             status=upstream.status,
             headers={
                 "Content-Type": ctype,
@@ -487,33 +506,43 @@ class Gateway:
             },
         )
         await resp.prepare(request)
-        tail = first
+        tail: deque[bytes] = deque((first,), maxlen=8)
         try:
             await resp.write(first)
-            while True:
-                try:
-                    chunk = await content.readany()
-                except (TimeoutError, aiohttp.ClientError) as err:
-                    self.metrics.errors.labels("midstream").inc()
-                    self.metrics.requests.labels(url, kind, "cut").inc()
-                    self._suspect(i, f"stream cut: {err}")
-                    msg = f"the replica {url} failed mid-stream ({type(err).__name__}); the answer is incomplete"
-                    event = (
-                        b"event: error\ndata: " + error_body(msg, "upstream_error", 502) + b"\n\n"
-                    )
-                    await resp.write(event)
-                    await resp.write_eof()
-                    return resp
-                if not chunk:
-                    break
-                await resp.write(chunk)
-                tail = (tail + chunk)[-4096:]
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("client gone")
+            chunked = resp.headers.get("Transfer-Encoding") == "chunked"  # as aiohttp set it
+
+            def sink(data: bytes) -> bool:
+                if transport.is_closing():
+                    return False
+                transport.write(b"%x\r\n%b\r\n" % (len(data), data) if chunked else data)
+                tail.append(data)
+                return True
+
+            def writable() -> bool:
+                return transport.is_closing() or transport.get_write_buffer_size() < _RELAY_HIGH
+
+            try:
+                alive = await upstream.relay(sink, writable)
+            except StreamCut as err:
+                self.metrics.errors.labels("midstream").inc()
+                self.metrics.requests.labels(url, kind, "cut").inc()
+                self._suspect(i, f"stream cut: {err}")
+                msg = f"the replica {url} failed mid-stream ({err}); the answer is incomplete"
+                event = b"event: error\ndata: " + error_body(msg, "upstream_error", 502) + b"\n\n"
+                await resp.write(event)
+                await resp.write_eof()
+                return resp
+            if not alive:
+                raise ConnectionResetError("client gone")
             await resp.write_eof()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             self.metrics.requests.labels(url, kind, "client_gone").inc()
             return resp
-        self.metrics.requests.labels(url, kind, "ok").inc()
-        self._observe_stream_usage(tail)
+        self.metrics.count_request(url, kind, "ok")
+        self._observe_stream_usage(b"".join(tail)[-4096:])
         return resp
 
     def _observe_usage(self, data: bytes) -> None:

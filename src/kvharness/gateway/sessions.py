@@ -13,7 +13,12 @@ tokenisation.
 
 Sessions are found by the ``x-session-id`` header, or, for chat requests without one, by their
 messages: a request whose first ``k`` messages are the last request's messages continues it
-(found through a fingerprint of message ``k - 1`` and message 0, then checked on the text).
+(found through a fingerprint of message ``k - 1`` and message 0, then checked on the text); a
+request repeating the last one's messages exactly is the same session too.
+
+A request identical to its session's last one (same messages, tools and template options, and a
+template that does not print the clock) reuses the last result without rendering; one whose
+rendered text is identical reuses it without tokenising. Either is counted as fully reused.
 Memory is bounded by ``max_tokens`` kept over all sessions (least recently used dropped first).
 Not thread-safe; no clocks.
 """
@@ -73,6 +78,11 @@ class _State:
     hashes: list[int]
     key: tuple[int, int, int] | None = None
     anchors: list[tuple[int, int]] = field(default_factory=list)
+    result: HashedPrompt | None = None
+    """What the prompt hashed to (for repeats of it)."""
+    request: tuple[Any, ...] | None = None
+    """A chat prompt's messages and template options (for repeats that need no rendering)."""
+    special_tokens: bool = False
 
 
 def common_prefix_len(a: str, b: str) -> int:
@@ -134,21 +144,32 @@ class PromptHasher:
         tok = self._need_tokenizer()
         if tok.template is None:
             raise ValueError("the model has no chat template; chat requests cannot be hashed")
-        text = tok.template.render(
-            messages, tools=tools, add_generation_prompt=add_generation_prompt, extra=extra
-        )
         sid = session_id
         state = self._sessions.get(sid) if sid is not None else None
-        if state is None and len(messages) > 1:
+        if state is None:
             state, found = self._find_by_messages(messages)
             if sid is None:
                 sid = found
-        result, new_state = self._text(text, state, add_special_tokens=False)
-        new_state.key = _message_key(messages, len(messages))
+        request = (messages, tools, add_generation_prompt, extra)
+        if (
+            state is not None
+            and state.result is not None
+            and state.request is not None
+            and not tok.template.time_dependent
+            and state.request == request
+        ):
+            result = self._repeat(state)
+        else:
+            text = tok.template.render(
+                messages, tools=tools, add_generation_prompt=add_generation_prompt, extra=extra
+            )
+            result, state = self._text(text, state, add_special_tokens=False)
+            state.key = _message_key(messages, len(messages))
+            state.request = request
         if sid is None:
             self._auto += 1
             sid = f"auto-{self._auto}"
-        self._keep(sid, new_state)
+        self._keep(sid, state)
         return result._replace(session=sid)
 
     def completion_text(self, text: str, session_id: str | None) -> HashedPrompt:
@@ -194,7 +215,7 @@ class PromptHasher:
         self, messages: Sequence[Mapping[str, Any]]
     ) -> tuple[_State | None, str | None]:
         stop = max(0, len(messages) - 1 - _MAX_APPENDED_MESSAGES)
-        for k in range(len(messages) - 1, stop, -1):
+        for k in range(len(messages), stop, -1):
             sid = self._by_messages.get(_message_key(messages, k))
             if sid is not None:
                 state = self._sessions.get(sid)
@@ -211,6 +232,17 @@ class PromptHasher:
         the resumed tokens must equal the old ones over the text both prompts share past the
         anchor, else the whole text is tokenised)."""
         tok = self._need_tokenizer()
+        if (
+            state is not None
+            and state.result is not None
+            and state.special_tokens == add_special_tokens
+            and state.text == text
+        ):
+            same = _State(
+                text, state.ids, state.specials, state.hashes, anchors=state.anchors,
+                result=state.result, special_tokens=add_special_tokens,
+            )  # fmt: skip
+            return self._repeat(state), same
         restart = None
         checked = False
         d = 0
@@ -233,9 +265,13 @@ class PromptHasher:
             self.stats.resume_failures += 1
         enc = tok.encode(text, add_special_tokens=add_special_tokens)
         ids = array("I", enc.ids)
-        new = _State(text, ids, enc.specials, chain_hashes(ids, self.block_size), None, enc.anchors)
+        new = _State(
+            text, ids, enc.specials, chain_hashes(ids, self.block_size), anchors=enc.anchors,
+            special_tokens=add_special_tokens,
+        )  # fmt: skip
+        new.result = HashedPrompt(tuple(new.hashes), len(ids), ids, 0)
         self._count(len(ids), 0)
-        return HashedPrompt(tuple(new.hashes), len(ids), ids, 0), new
+        return new.result, new
 
     def _resume(
         self,
@@ -283,8 +319,19 @@ class PromptHasher:
                 hashes = chain_hashes(ids, bs)
                 i = 0
         self._count(len(ids), i)
-        new = _State(text, ids, specials, hashes, None, anchors)
-        return HashedPrompt(tuple(hashes), len(ids), ids, i), new
+        new = _State(
+            text, ids, specials, hashes, anchors=anchors, special_tokens=add_special_tokens
+        )
+        new.result = HashedPrompt(tuple(hashes), len(ids), ids, i)
+        return new.result, new
+
+    def _repeat(self, state: _State) -> HashedPrompt:
+        """The same prompt as the session's last: its result again, every token reused."""
+        assert state.result is not None
+        n = state.result.num_tokens
+        self.stats.incremental += 1
+        self._count(n, n)
+        return state.result._replace(reused_tokens=n)
 
     def _count(self, total: int, reused: int) -> None:
         self.stats.prompts += 1

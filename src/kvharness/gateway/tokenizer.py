@@ -59,7 +59,11 @@ class ChatTemplate:
             self._template = env.from_string(source)
         except jinja2.TemplateError as err:
             raise UserError(f"chat template does not compile: {err}") from None
+        self.source = source
         self.special = dict(special or {})
+        self.time_dependent = "strftime_now" in source
+        """The template prints the clock (e.g. today's date): the same messages may render
+        differently later, so a rendering must not be reused."""
 
     def render(
         self,
