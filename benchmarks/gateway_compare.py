@@ -202,6 +202,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=2, help="vLLM-CPU replicas to start")
     ap.add_argument("--num-gpu-blocks", type=int, help="KV blocks per replica (cache pressure)")
+    ap.add_argument("--max-model-len", type=int, default=32768,
+                    help="vLLM --max-model-len (its KV must hold one such sequence: with "
+                         "--num-gpu-blocks N, at most N x 128)")  # fmt: skip
     ap.add_argument("--routers", nargs="+", default=["kvharness", "sglang", "vllm", "round_robin"],
                     help="routers to compare, in order")  # fmt: skip
     ap.add_argument("--repeats", type=int, default=1,
@@ -224,7 +227,9 @@ def main() -> None:
 
     model = ensure_tiny_model(REPO / ".cache" / "tiny-llama")
     # The tiny tokenizer (1024 tokens) makes the trajectories' prompts longer than a real one would.
-    cfg = ReplicaConfig(model_dir=model, num_gpu_blocks=args.num_gpu_blocks, max_model_len=32768)
+    cfg = ReplicaConfig(
+        model_dir=model, num_gpu_blocks=args.num_gpu_blocks, max_model_len=args.max_model_len
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"starting {args.replicas} vLLM-CPU replicas ...", file=sys.stderr, flush=True)
     reps = start_replicas(args.replicas, cfg, log_dir=args.out / "vllm-logs")
