@@ -94,6 +94,14 @@ def make_app(
         await resp.prepare(request)
         cut = request.headers.get("x-fake-cut-after")
         pace = float(request.headers.get("x-fake-token-ms") or token_ms) / 1000
+        if chat:
+            delta: dict[str, object] = {"index": 0, "delta": {"content": " tok"}}
+        else:
+            delta = {"index": 0, "text": " tok"}
+        chunk = {"id": rid, "object": obj + ".chunk", "created": created, "model": MODEL}
+        chunk["choices"] = [delta]
+        # Every token's chunk is the same: encoded once, so the fake costs little per chunk.
+        event = b"data: " + json.dumps(chunk).encode() + b"\n\n"
         for i in range(n):
             if pace and i:
                 await asyncio.sleep(pace)
@@ -101,13 +109,7 @@ def make_app(
                 assert request.transport is not None
                 request.transport.abort()
                 return resp
-            if chat:
-                delta: dict[str, object] = {"index": 0, "delta": {"content": " tok"}}
-            else:
-                delta = {"index": 0, "text": " tok"}
-            chunk = {"id": rid, "object": obj + ".chunk", "created": created, "model": MODEL}
-            chunk["choices"] = [delta]
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            await resp.write(event)
         last = {"id": rid, "object": obj + ".chunk", "created": created, "model": MODEL}
         last["choices"] = []
         last["usage"] = _usage(prompt_tokens, n)
