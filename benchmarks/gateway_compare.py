@@ -24,6 +24,8 @@ Routers and how each is configured (at its best as far as its options go):
 * ``vllm``: ``vllm-router --policy kv_aware`` with ``--kv-event-source`` per replica,
   ``--kv-event-block-size`` = the engines' block size and ``--kv-event-model``.
 * ``round_robin``: ``kvharness gateway --policy round_robin`` (the no-cache baseline).
+* ``gateway:POLICY``: ``kvharness gateway --policy POLICY`` without KV events (e.g.
+  ``gateway:session``, to tell the gateway's own cost from its policy's).
 
 Peers come from PyPI (``pip install sglang-router vllm-router`` into ``--routers-venv``).
 
@@ -109,7 +111,7 @@ def router_command(
 ) -> tuple[list[str], str]:
     """(command, health path) of a router listening on ``port`` in front of ``reps``."""
     urls = [r.url for r in reps]
-    if name in ("kvharness", "round_robin"):
+    if name in ("kvharness", "round_robin") or name.startswith("gateway:"):
         cmd = [sys.executable, "-m", "kvharness", "gateway", "--port", str(port),
                "--tokenizer", str(model), "--max-queue", "1000"]  # fmt: skip
         for r in reps:
@@ -122,7 +124,7 @@ def router_command(
                 assert r.kv_events is not None
                 cmd += ["--kv-events", f"{r.url}=tcp://*:{r.kv_events.rsplit(':', 1)[1]}"]
         else:
-            cmd += ["--policy", "round_robin"]
+            cmd += ["--policy", name.partition(":")[2] or "round_robin"]
         return cmd, "/health"
     if name == "sglang":
         cmd = [str(venv / "bin" / "sglang-router"), "launch", "--host", "127.0.0.1",
@@ -173,7 +175,7 @@ def run_router(
             raise SystemExit(f"[{name}] bench failed (exit {done.returncode}):\n"
                              f"{done.stderr.strip()[-2000:]}")  # fmt: skip
         sent = [prompt_tokens(r) - b for r, b in zip(reps, before, strict=True)]
-        if name in ("kvharness", "round_robin"):
+        if name in ("kvharness", "round_robin") or name.startswith("gateway:"):
             # Keep the gateway's own view (decisions by reason, matched prefixes...).
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as m:
                 (args.out / f"{run_dir.name}.metrics").write_bytes(m.read())
