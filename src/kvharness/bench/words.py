@@ -15,11 +15,11 @@ import bisect
 import functools
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kvharness.errors import UserError
 from kvharness.workload.chain import default_words
+from kvharness.workload.tokenize import load_hf_tokenizer
 
 __all__ = ["MIN_WORDS", "PromptWords", "prompt_words", "tokenizer_words"]
 
@@ -39,20 +39,6 @@ class PromptWords:
     special_tokens: int = 0
     exact: bool = False
     source: str = "built-in"
-
-
-def _load(path: str) -> Any:
-    p = Path(path)
-    if p.is_dir():
-        p = p / "tokenizer.json"
-    if not p.is_file():
-        raise UserError(f"no tokenizer at {path} (expected a tokenizer.json or a folder with one)")
-    from tokenizers import Tokenizer
-
-    try:
-        return Tokenizer.from_file(str(p))
-    except Exception as err:  # tokenizers raises its own exception types
-        raise UserError(f"cannot load tokenizer {p}: {err}") from None
 
 
 def _misfits(tok: Any, words: list[str], rng: random.Random) -> set[str]:
@@ -111,5 +97,5 @@ def prompt_words(tokenizer_path: str | None) -> PromptWords:
     or its folder; exact), else the built-in list (approximate). Cached per path."""
     if tokenizer_path is None:
         return PromptWords(default_words())
-    pw = tokenizer_words(_load(tokenizer_path))
+    pw = tokenizer_words(load_hf_tokenizer(tokenizer_path))
     return PromptWords(pw.words, pw.special_tokens, pw.exact, source=str(tokenizer_path))

@@ -22,7 +22,14 @@ from typing import Any, Protocol
 
 from kvharness.errors import UserError
 
-__all__ = ["ApproxTokenizer", "Tokenizer", "load_tokenizer", "message_text", "message_tokens"]
+__all__ = [
+    "ApproxTokenizer",
+    "Tokenizer",
+    "load_hf_tokenizer",
+    "load_tokenizer",
+    "message_text",
+    "message_tokens",
+]
 
 
 class Tokenizer(Protocol):
@@ -64,15 +71,29 @@ class ApproxTokenizer:
 
 
 class _HFTokenizer:
-    def __init__(self, path: Path) -> None:
-        from tokenizers import Tokenizer as HFTokenizer
-
-        self.name = str(path)
-        self._tok = HFTokenizer.from_file(str(path))
+    def __init__(self, tok: Any, name: str) -> None:
+        self.name = name
+        self._tok = tok
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
         return ids
+
+
+def load_hf_tokenizer(path: str | Path) -> Any:
+    """The Hugging Face ``tokenizers.Tokenizer`` at ``path`` (``tokenizer.json`` or its folder).
+    Raises UserError naming the path when there is none or it cannot be loaded."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    if not p.is_file():
+        raise UserError(f"no tokenizer at {path} (expected a tokenizer.json or a folder with one)")
+    from tokenizers import Tokenizer as HFTokenizer
+
+    try:
+        return HFTokenizer.from_file(str(p))
+    except Exception as err:  # tokenizers raises its own exception types
+        raise UserError(f"cannot load tokenizer {p}: {err}") from None
 
 
 def load_tokenizer(path: str | Path | None = None) -> Tokenizer:
@@ -80,14 +101,7 @@ def load_tokenizer(path: str | Path | None = None) -> Tokenizer:
     if path is None:
         return ApproxTokenizer()
     p = Path(path)
-    if p.is_dir():
-        p = p / "tokenizer.json"
-    if not p.is_file():
-        raise UserError(f"no tokenizer at {path} (expected a tokenizer.json or a folder with one)")
-    try:
-        return _HFTokenizer(p)
-    except Exception as err:  # tokenizers raises its own exception types
-        raise UserError(f"cannot load tokenizer {p}: {err}") from None
+    return _HFTokenizer(load_hf_tokenizer(p), str(p / "tokenizer.json" if p.is_dir() else p))
 
 
 def message_text(message: Mapping[str, Any]) -> str:
