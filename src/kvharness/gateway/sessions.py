@@ -259,7 +259,7 @@ class PromptHasher:
                     break
         if restart is not None:
             assert state is not None
-            resumed = self._resume(text, state, restart, d, checked, add_special_tokens)
+            resumed = self._resume(text, state, restart, checked, add_special_tokens)
             if resumed is not None:
                 return resumed
             self.stats.resume_failures += 1
@@ -278,14 +278,12 @@ class PromptHasher:
         text: str,
         state: _State,
         restart: tuple[int, int],
-        shared: int,
         checked: bool,
         add_special_tokens: bool,
     ) -> tuple[HashedPrompt, _State] | None:
         """Tokenise ``text`` from ``restart`` = (token index, character offset) of the old
-        prompt on, reusing the old tokens before it. ``shared``: characters both texts share.
-        A ``checked`` restart returns None unless the new tokens reproduce the old ones up to
-        ``shared``."""
+        prompt on, reusing the old tokens before it. A ``checked`` restart (an anchor) returns
+        None unless the first ``_ANCHOR_MIN_AGREE`` new tokens are the old ones."""
         tok = self._need_tokenizer()
         bs = self.block_size
         i, c = restart
