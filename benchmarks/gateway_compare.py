@@ -56,16 +56,30 @@ REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / ".." / "shared" / "traces" / "swe-agent"
 
 
-def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+def poll(
+    what: str,
+    request: str | urllib.request.Request,
+    proc: subprocess.Popen[bytes],
+    *,
+    timeout: float,
+    every: float,
+    request_timeout: float,
+) -> None:
+    """Repeat ``request`` until it succeeds; RuntimeError naming ``what`` when ``proc`` exits
+    or ``timeout`` seconds pass first."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            urllib.request.urlopen(url, timeout=2).read()
+            urllib.request.urlopen(request, timeout=request_timeout).read()
             return
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not come up (exit {proc.poll()})") from None
-            time.sleep(0.3)
+                raise RuntimeError(f"{what} (exit {proc.poll()})") from None
+            time.sleep(every)
+
+
+def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    poll(f"{url} did not come up", url, proc, timeout=timeout, every=0.3, request_timeout=2)
 
 
 def wait_routable(
@@ -76,18 +90,10 @@ def wait_routable(
     body = json.dumps(
         {"model": model, "messages": [{"role": "user", "content": "ready? " * 8}], "max_tokens": 1}
     ).encode()
-    deadline = time.monotonic() + timeout
-    while True:
-        req = urllib.request.Request(
-            url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-        )
-        try:
-            urllib.request.urlopen(req, timeout=60).read()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{url} never served a request (exit {proc.poll()})") from None
-            time.sleep(2.0)
+    req = urllib.request.Request(
+        url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    poll(f"{url} never served a request", req, proc, timeout=timeout, every=2.0, request_timeout=60)
 
 
 def prompt_tokens(rep: VllmReplica) -> float:
