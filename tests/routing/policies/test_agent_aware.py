@@ -14,7 +14,7 @@ Req = Callable[..., RouteRequest]
 
 
 def test_ttft_estimate(cluster: Cluster, req: Req) -> None:
-    p = AgentAware(decode_cost_tokens=100)
+    p = AgentAware(decode_cost_tokens=100, pooled_rate=False)
     r = cluster(1, capacity_blocks=100)[0]
     r.pending_prefill_tokens, r.running, r.used_blocks = 5000, 10, 90
     q = req(list(range(40)))  # 640 tokens, 40 blocks
@@ -160,9 +160,33 @@ def test_burden_on_requests_already_there_steers_big_prefills_away(
     big = req(list(range(500)))  # 8,000 tokens to prefill: 0.8 s at 10,000 tokens/s
     reps[0].running, reps[0].waiting = 2, 1
     assert p.burden(big, reps[0], 0) == pytest.approx(1.0 * 3 * 0.8)
+    # With compute_weight 1, r0's own time counts too.
+    assert AgentAware(compute_weight=1.0).burden(big, reps[0], 0) == pytest.approx(4 * 0.8)
     assert p.burden(big, reps[0], 500) == 0.0  # all cached: nothing to prefill
     # Same wait either way; r1 has nobody to hold up.
     assert p.choose(big, reps, [0, 0], 0.0) == (1, "least_time")
+
+
+def test_compute_weight_waits_for_a_shared_prefix_being_prefilled(
+    cluster: Cluster, req: Req
+) -> None:
+    """Session b starts while session a prefills their shared 200-block repository context on
+    r0. Waiting for it there is slower for b by one block than prefilling it all on idle r1;
+    with compute_weight 1 the 3,200 tokens r1 would spend again count against r1."""
+    reps = cluster(2)
+    repo = list(range(1000, 1200))
+    reps[0].pending_prefill_tokens, reps[0].running = 3216, 1  # a's [*repo, 1], all new
+    b = req([*repo, 2], session="b", rid="b")  # 3,216 tokens, 200 blocks matched on r0
+    # r0: (3,216 queued + 16 new) / 10,000 + burden 1 x 16 / 10,000 = 0.3248 s;
+    # r1: 3,216 / 10,000 = 0.3216 s.
+    assert AgentAware(compute_weight=0.0).choose(b, reps, [200, 0], 0.0) == (1, "place")
+    # + 1 x own prefill: r0 0.3248 + 0.0016 = 0.3264 s; r1 0.3216 + 0.3216 = 0.6432 s.
+    p = AgentAware(compute_weight=1.0)
+    assert p.burden(b, reps[1], 0) == pytest.approx(0.3216)
+    assert p.choose(b, reps, [200, 0], 0.0) == (0, "place")
+    # A queue on r0 longer than the re-prefill still sends b to r1.
+    reps[0].pending_prefill_tokens = 10_000
+    assert p.choose(b, reps, [200, 0], 0.0) == (1, "place")
 
 
 def test_expected_decode_steps_learns_from_sessions(cluster: Cluster, req: Req) -> None:
@@ -196,3 +220,19 @@ def test_unmeasured_replica_is_taken_to_be_like_the_measured_ones(
     assert p.ttft(q, reps[1], 0) == pytest.approx(0.16)
     assert p.choose(q, reps, [100, 0], 0.0) == (0, "least_time")
     assert p.ttft(q, reps[1], 0) == pytest.approx(0.8)
+
+
+def test_pooled_rate_takes_every_replica_at_the_mean_measured_rate(
+    cluster: Cluster, req: Req
+) -> None:
+    """A rate learnt from time to first token mixes a replica's speed with what it was busy
+    with; pooled_rate trusts only their mean (replicas alike)."""
+    reps = cluster(2)
+    reps[0].prefill_tokens_per_s, reps[1].prefill_tokens_per_s = 2000.0, 8000.0
+    q = req(list(range(100)))  # 1600 tokens
+    reps[1].pending_prefill_tokens = 4000
+    # Own rates: r0 1600 / 2000 = 0.8 s, r1 5600 / 8000 = 0.7 s; pooled (5000/s): 0.32 vs 1.12 s.
+    assert AgentAware(pooled_rate=False).choose(q, reps, [0, 0], 0.0) == (1, "least_time")
+    p = AgentAware(pooled_rate=True)
+    assert p.choose(q, reps, [0, 0], 0.0) == (0, "least_time")
+    assert p.ttft(q, reps[1], 0) == pytest.approx(5600 / 5000)

@@ -19,7 +19,8 @@ context, separated by tool runs. The policy is built on four facts that follow:
                         + KV shortfall on r) / prefill rate of r
        contention(r) = context_cost x expected decode steps x resident context tokens on r
                         / prefill rate of r
-       burden(r)     = externality x requests on r x tokens to prefill / prefill rate
+       burden(r)     = (externality x requests on r + compute_weight)
+                       x tokens to prefill / prefill rate
 
    ``contention``: every decode step reads the KV of every sequence in the batch, so co-resident
    context slows the session's own decode for as long as it runs; ``context_cost`` is a context
@@ -27,7 +28,13 @@ context, separated by tool runs. The policy is built on four facts that follow:
    bandwidth). Expected decode steps: the mean output tokens per session so far, or what the
    session has already had when more (long sessions last). ``burden``: a chunked-prefill engine
    runs the prefill inside the steps of the requests already there (running, or batched with it
-   in the same step), so they all wait for it.
+   in the same step), so they all wait for it; and the replica's time it takes is not there for
+   the requests still to come (``compute_weight``, seconds of their wait per second of prefill:
+   0 values a replica's time at nothing, 1 at its own length). With ``compute_weight`` > 0, a
+   session starting while the shared repository context it needs is being prefilled on one
+   replica waits for it there rather than prefilling it again on an idle one (default 0: in the
+   simulated 16-replica cluster of ``benchmarks/policy_compare.py``, an idle replica's time is
+   better spent than saved).
 4. **Moving has hysteresis.** A session with a home ``h`` stays unless the best replica ``b``
    costs less by more than ``move_slack_s`` and by a factor ``move_ratio``; ``b``'s cost
    includes re-prefilling the context, ``h``'s does not count the session's own context.
@@ -36,8 +43,10 @@ A request without a session id goes to the least ``ttft``. A new session goes to
 ``cost`` among replicas whose resident context plus its own fits ``memory_target`` of the KV (when
 any does). Inputs: :class:`ReplicaState` (``pending_prefill_tokens``, ``running``,
 ``used_blocks``, ``capacity_blocks``, ``prefill_tokens_per_s``; when 0, the mean of the measured
-replicas' rates, or ``default_prefill_tokens_per_s`` when none is) and the matched prefix per
-replica. Mutates only its own session table.
+replicas' rates, or ``default_prefill_tokens_per_s`` when none is; always that mean with
+``pooled_rate``, for replicas known to be alike, since a rate learnt from time to first token
+mixes a replica's speed with what it was busy with) and the matched prefix per replica.
+Mutates only its own session table.
 """
 
 from __future__ import annotations
@@ -83,6 +92,8 @@ class AgentAware(Policy):
         rehome_fraction: float = 0.5,
         max_former_sessions: int = 100_000,
         externality: float = 1.0,
+        compute_weight: float = 0.0,
+        pooled_rate: bool = True,
     ) -> None:
         if context_cost < 0 or move_ratio < 1 or default_prefill_tokens_per_s <= 0:
             raise ValueError("need context_cost >= 0, move_ratio >= 1, a positive default rate")
@@ -96,6 +107,8 @@ class AgentAware(Policy):
         self.rehome_fraction = rehome_fraction
         self.max_former_sessions = max_former_sessions
         self.externality = externality
+        self.compute_weight = compute_weight
+        self.pooled_rate = pooled_rate
         self._homes: dict[str, _Home] = {}
         self._expiry: list[tuple[float, str]] = []  # (last_seen + idle, session), lazily checked
         self._sessions: dict[int, int] = {}  # replica -> live sessions homed there
@@ -106,7 +119,7 @@ class AgentAware(Policy):
         self._returns = 0  # turns of sessions seen before
         self._expiries = 0  # sessions quiet for session_idle_s
         self._block_size = 16  # the engines' block size, as last seen in choose()
-        self._unknown_rate = default_prefill_tokens_per_s  # for replicas without a measured rate
+        self._unknown_rate = default_prefill_tokens_per_s  # see _rate
         # session -> home it had when it expired (a pause longer than session_idle_s); bounded
         self._former: OrderedDict[str, tuple[int, int]] = OrderedDict()  # -> (replica, output)
         self._out_total = 0  # output tokens of all session turns routed
@@ -122,15 +135,23 @@ class AgentAware(Policy):
         need = math.ceil(new / bs)
         short = max(0, r.used_blocks + need - r.capacity_blocks)
         work = r.pending_prefill_tokens + new + self.decode_cost_tokens * r.running + short * bs
-        rate = r.prefill_tokens_per_s or self._unknown_rate
+        rate = self._rate(r)
         return work / rate
 
     def burden(self, request: RouteRequest, r: ReplicaState, matched: int) -> float:
         """Seconds the prefill of ``request`` on ``r`` adds to the requests already there, running
-        or queued (a chunked-prefill engine runs it inside their steps), times ``externality``."""
+        or queued (a chunked-prefill engine runs it inside their steps), times ``externality``,
+        plus the replica time it takes from requests still to come, times ``compute_weight``."""
         new = max(0, request.prompt_tokens - matched * r.block_size)
-        rate = r.prefill_tokens_per_s or self._unknown_rate
-        return self.externality * r.outstanding * new / rate
+        rate = self._rate(r)
+        return (self.externality * r.outstanding + self.compute_weight) * new / rate
+
+    def _rate(self, r: ReplicaState) -> float:
+        """Prefill tokens per second assumed for ``r``: its measured rate, or with
+        ``pooled_rate`` (or none measured yet) the mean of the measured replicas'."""
+        if self.pooled_rate or not r.prefill_tokens_per_s:
+            return self._unknown_rate
+        return r.prefill_tokens_per_s
 
     def homed_sessions(self, replica: int) -> int:
         return self._sessions.get(replica, 0)
@@ -204,7 +225,7 @@ class AgentAware(Policy):
         """Seconds that ``blocks`` of co-resident context on ``r`` cost a session expecting
         ``steps`` more decode steps: each step reads their KV (``context_cost`` prefill-token
         equivalents per context token and step)."""
-        rate = r.prefill_tokens_per_s or self._unknown_rate
+        rate = self._rate(r)
         return self.context_cost * steps * blocks * r.block_size / rate
 
     def return_probability(self) -> float:
