@@ -13,7 +13,8 @@ in a shared machine's load hits each alike.
 Printed: one row per router over the sessions that every run completed, pooled over rounds: the
 cached-token ratio vLLM reported (``usage.prompt_tokens_details``), the workload's ideal, the mean
 and p90 session makespan, the mean against the best peer's (sglang or vllm), each round's mean,
-and how the prompt tokens were spread over the replicas.
+the router's CPU seconds per run (its processes'; on this machine the router's CPU is taken from
+the replicas' cores), and how the prompt tokens were spread over the replicas.
 
 Routers and how each is configured (at its best as far as its options go):
 
@@ -24,6 +25,7 @@ Routers and how each is configured (at its best as far as its options go):
 * ``vllm``: ``vllm-router --policy kv_aware`` with ``--kv-event-source`` per replica,
   ``--kv-event-block-size`` = the engines' block size and ``--kv-event-model``.
 * ``round_robin``: ``kvharness gateway --policy round_robin`` (the no-cache baseline).
+* ``kvharness:KEY=VALUE,...``: the same with these agent_aware options (ablations).
 * ``gateway:POLICY``: ``kvharness gateway --policy POLICY`` without KV events (e.g.
   ``gateway:session``, to tell the gateway's own cost from its policy's).
 
@@ -112,19 +114,39 @@ def reset_caches(reps: list[VllmReplica]) -> None:
         urllib.request.urlopen(req, timeout=30).read()
 
 
+def session_cpu_seconds(sid: int) -> float:
+    """User + system CPU seconds of the live processes in session ``sid`` (a router started
+    with ``start_new_session``, helpers included), from /proc."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[3]) == sid:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def is_gateway(name: str) -> bool:
+    """Whether router ``name`` is a kvharness gateway (its metrics are kept)."""
+    return name in ("kvharness", "round_robin") or name.startswith(("kvharness:", "gateway:"))
+
+
 def router_command(
     name: str, reps: list[VllmReplica], port: int, model: Path, venv: Path, options: list[str]
 ) -> tuple[list[str], str]:
     """(command, health path) of a router listening on ``port`` in front of ``reps``."""
     urls = [r.url for r in reps]
-    if name in ("kvharness", "round_robin") or name.startswith("gateway:"):
+    if is_gateway(name):
         cmd = [sys.executable, "-m", "kvharness", "gateway", "--port", str(port),
                "--tokenizer", str(model), "--max-queue", "1000"]  # fmt: skip
         for r in reps:
             cmd += ["--backend", r.url]
-        if name == "kvharness":
+        if name == "kvharness" or name.startswith("kvharness:"):
             cmd += ["--policy", "agent_aware"]
-            for opt in options:
+            extra = [o for o in name.partition(":")[2].split(",") if o]
+            for opt in [*options, *extra]:
                 cmd += ["--policy-option", opt]
             for r in reps:
                 assert r.kv_events is not None
@@ -151,10 +173,11 @@ def router_command(
 
 def run_router(
     name: str, run_dir: Path, reps: list[VllmReplica], model: Path, args: argparse.Namespace
-) -> tuple[list[TurnRecord], list[float]]:
+) -> tuple[list[TurnRecord], list[float], float]:
     """Start router ``name`` in front of ``reps`` (caches reset), drive the workload through it
-    with ``kvharness bench`` into ``run_dir``; its records and the prompt tokens each replica
-    was sent."""
+    with ``kvharness bench`` into ``run_dir``; its records, the prompt tokens each replica
+    was sent, and the router's CPU seconds during the run (it shares the machine's cores with
+    the replicas)."""
     reset_caches(reps)
     port = free_port()
     cmd, health = router_command(name, reps, port, model, args.routers_venv, args.policy_option)
@@ -176,16 +199,18 @@ def run_router(
             bench += ["--max-sessions", str(args.max_sessions)]
         print(f"[{run_dir.name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
         before = [prompt_tokens(r) for r in reps]
+        cpu0 = session_cpu_seconds(proc.pid)
         done = subprocess.run(bench, env={**os.environ}, capture_output=True, text=True)
         if not (run_dir / "records.jsonl").exists():
             raise SystemExit(f"[{name}] bench failed (exit {done.returncode}):\n"
                              f"{done.stderr.strip()[-2000:]}")  # fmt: skip
+        cpu = session_cpu_seconds(proc.pid) - cpu0
         sent = [prompt_tokens(r) - b for r, b in zip(reps, before, strict=True)]
-        if name in ("kvharness", "round_robin") or name.startswith("gateway:"):
+        if is_gateway(name):
             # Keep the gateway's own view (decisions by reason, matched prefixes...).
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as m:
                 (args.out / f"{run_dir.name}.metrics").write_bytes(m.read())
-        return read_records(run_dir / "records.jsonl"), sent
+        return read_records(run_dir / "records.jsonl"), sent, cpu
     finally:
         proc.terminate()
         try:
@@ -241,7 +266,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"starting {args.replicas} vLLM-CPU replicas ...", file=sys.stderr, flush=True)
     reps = start_replicas(args.replicas, cfg, log_dir=args.out / "vllm-logs")
-    runs: dict[str, list[tuple[list[TurnRecord], list[float]]]] = {n: [] for n in args.routers}
+    runs: dict[str, list[tuple[list[TurnRecord], list[float], float]]] = {
+        n: [] for n in args.routers
+    }
     try:
         for k in range(args.repeats):
             for name in args.routers if k % 2 == 0 else args.routers[::-1]:
@@ -253,20 +280,21 @@ def main() -> None:
 
     # Compare on the sessions every run completed (a router that rejects a session's request,
     # as sglang-router does some SWE-agent tool-call messages, is not credited for the rest).
-    common = set.intersection(*(completed_sessions(rec) for v in runs.values() for rec, _ in v))
+    common = set.intersection(*(completed_sessions(rec) for v in runs.values() for rec, *_ in v))
     rows = []
     for name, v in runs.items():
         pooled = [
             msgspec.structs.replace(r, session=f"{k}/{r.session}")
-            for k, (rec, _) in enumerate(v)
+            for k, (rec, *_) in enumerate(v)
             for r in rec
             if r.session in common
         ]
-        errors = sum(1 for rec, _ in v for r in rec if r.error is not None)
-        sent = [sum(x) for x in zip(*(t for _, t in v), strict=True)]
+        errors = sum(1 for rec, *_ in v for r in rec if r.error is not None)
+        sent = [sum(x) for x in zip(*(t for _, t, _ in v), strict=True)]
         split = "/".join(f"{100 * x / max(1.0, sum(sent)):.0f}" for x in sent)
-        means = [summarise([r for r in rec if r.session in common]).makespan.mean for rec, _ in v]
-        rows.append((name, summarise(pooled, label=name), split, errors, means))
+        means = [summarise([r for r in rec if r.session in common]).makespan.mean for rec, *_ in v]
+        cpu = sum(c for *_, c in v) / len(v)
+        rows.append((name, summarise(pooled, label=name), split, errors, means, cpu))
 
     blocks = f", {args.num_gpu_blocks} KV blocks each" if args.num_gpu_blocks else ""
     print(f"\n{args.replicas} vLLM-CPU replicas (tiny Llama, block {reps[0].block_size}{blocks}); "
@@ -274,7 +302,7 @@ def main() -> None:
           f"{args.repeats} round(s); {len(common)} sessions completed by every run")  # fmt: skip
     print(f"{'router':<12} {'turns ok':>8} {'errors':>6} {'cached':>8} {'ideal':>8} "
           f"{'vs ideal':>8} {'makespan mean':>14} {'p90':>8} {'vs best peer':>13} "
-          f"{'mean per round':>20}  prompt tokens per replica %")  # fmt: skip
+          f"{'mean per round':>20} {'router CPU':>10}  prompt tokens per replica %")  # fmt: skip
     peers = [s.makespan.mean for n, s, *_ in rows if n in ("sglang", "vllm") and s.makespan.mean]
     best_peer = min(peers) if peers else None
 
@@ -284,14 +312,14 @@ def main() -> None:
     def sec(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}s"
 
-    for name, s, split, errors, means in rows:
+    for name, s, split, errors, means, cpu in rows:
         c = s.cache
         m = s.makespan.mean
         vs_peer = "-" if best_peer is None or m is None else f"{m / best_peer:.3f}x"
         per_round = "/".join("-" if x is None else f"{x:.1f}" for x in means)
         print(f"{name:<12} {s.turns_ok:>8} {errors:>6} {pc(c.achieved_ratio):>8} "
               f"{pc(c.ideal_ratio):>8} {pc(c.achieved_vs_ideal):>8} {sec(m):>14} "
-              f"{sec(s.makespan.p90):>8} {vs_peer:>13} {per_round:>20}  {split}")  # fmt: skip
+              f"{sec(s.makespan.p90):>8} {vs_peer:>13} {per_round:>20} {cpu:>9.1f}s  {split}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -6,8 +6,13 @@ model) so the engine's time does not drown the gateway's; it streams ``--tokens`
 (``python -m kvharness gateway``, policy agent_aware, hashing with the tiny model's real tokenizer
 and chat template), and the load generator as a third. At each concurrency (1, 50, 200 streams,
 closed loop: each stream sends its next request when the last one finished) the same chat request
-(a ~300-token prompt, ``stream: true``) runs for ``--seconds`` direct and through the gateway,
-alternating twice; time to first byte and to the end of the stream are recorded per request.
+(a ~300-token prompt, ``stream: true``) runs for ``--seconds`` (and at least ``--min-requests``
+requests) direct and through the gateway, alternating twice; time to first byte and to the end of
+the stream are recorded per request. The streams' starts are spread over one answer's length, so
+requests arrive spread out as from independent clients (``--burst``: all at the same instant, a
+worst case where the last of N waits for the N - 1 before it at each hop). With 2 or more CPUs the
+gateway gets one of its own, as in production, and the load generator and the replica share the
+rest alike on both sides of the comparison (``--no-pin``: all three share all).
 The load generator is a minimal HTTP/1.1 client on uvloop (one keep-alive connection per stream,
 framing parsed in ``data_received``), so it is not what limits the rate; its busy share of one
 core is printed.
@@ -141,10 +146,12 @@ class _Stream(asyncio.Protocol):
 
 
 async def phase(
-    url: str, concurrency: int, seconds: float, tokens: int
+    url: str, concurrency: int, seconds: float, tokens: int, spread: float = 0.0
 ) -> tuple[list[float], list[float]]:
     """Closed-loop streams for ``seconds``; (ttfb, total) per request, seconds. TTFB is the
-    first byte of the answer's body."""
+    first byte of the answer's body. Stream ``w`` starts ``w / concurrency * spread`` seconds
+    in: with ``spread`` the length of one answer, requests arrive evenly spread, as from
+    independent clients, instead of all streams sending at the same instant."""
     ttfb: list[float] = []
     total: list[float] = []
     stop = time.perf_counter() + seconds
@@ -159,6 +166,7 @@ async def phase(
             f"Content-Length: {len(payload)}\r\n\r\n"
         ).encode() + payload
         transport, conn = await loop.create_connection(_Stream, host, int(port))
+        await asyncio.sleep(w / concurrency * spread)
         try:
             while time.perf_counter() < stop:
                 await conn.send(request)
@@ -199,6 +207,16 @@ async def run(args: argparse.Namespace) -> None:
     gateway = subprocess.Popen(
         gateway_cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+    placement = "not pinned"
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin and len(cpus) >= 2:
+        # The gateway on a core of its own, as it runs in production; the load generator and
+        # the fake replica share the others, the same on both sides of the comparison.
+        rest = set(cpus[:-1])
+        os.sched_setaffinity(0, rest)
+        os.sched_setaffinity(backend.pid, rest)
+        os.sched_setaffinity(gateway.pid, {cpus[-1]})
+        placement = f"gateway on CPU {cpus[-1]}, load generator and replica on CPUs {sorted(rest)}"
     try:
         wait_up(f"http://127.0.0.1:{bport}/health", backend)
         wait_up(f"http://127.0.0.1:{gport}/health", gateway)
@@ -208,24 +226,29 @@ async def run(args: argparse.Namespace) -> None:
         print(f"gateway: {' '.join(gateway_cmd[1:])}")
         print(f"fake replica: {args.tokens} tokens/answer, {args.token_ms} ms apart; "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; niceness "
-              f"{os.getpriority(os.PRIO_PROCESS, 0)}; {args.seconds} s x2 per side and concurrency\n")  # fmt: skip
+              f"{os.getpriority(os.PRIO_PROCESS, 0)}; {placement}; at least {args.seconds} s "
+              f"and {args.min_requests} requests per side and concurrency\n")  # fmt: skip
         head = (f"{'streams':>7} {'reqs':>6} | {'TTFB p50':>9} {'p99':>7} direct | {'p50':>7} "
                 f"{'p99':>7} gateway | {'added p50':>9} {'p99':>7} | end-to-end added p50 / p99 | "
                 "CPU ms/request: gateway, replica; load-gen busy")  # fmt: skip
         print(head)
+        spread = 0.0 if args.burst else args.tokens * args.token_ms / 1000
         for c in args.concurrency:
             d_ttfb: list[float] = []
             d_tot: list[float] = []
             g_ttfb: list[float] = []
             g_tot: list[float] = []
             gw_cpu = be_cpu = gen_cpu = gen_wall = 0.0
+            # Long enough for --min-requests per side (at 1 stream, a request lasts an answer).
+            answer_s = args.tokens * args.token_ms / 1000
+            seconds = max(args.seconds, args.min_requests * answer_s / c)
             for _ in range(2):
-                a, b = await phase(direct, c, args.seconds / 2, args.tokens)
+                a, b = await phase(direct, c, seconds / 2, args.tokens, spread)
                 d_ttfb += a
                 d_tot += b
                 cpu0, be0 = cpu_seconds(gateway.pid), cpu_seconds(backend.pid)
                 own0, wall0 = time.process_time(), time.perf_counter()
-                a, b = await phase(via, c, args.seconds / 2, args.tokens)
+                a, b = await phase(via, c, seconds / 2, args.tokens, spread)
                 gen_cpu += time.process_time() - own0
                 gen_wall += time.perf_counter() - wall0
                 gw_cpu += cpu_seconds(gateway.pid) - cpu0
@@ -264,12 +287,22 @@ def main() -> None:
     ap.add_argument(
         "--seconds", type=float, default=8.0, help="measured seconds per side and level"
     )
+    ap.add_argument("--min-requests", type=int, default=60,
+                    help="run a level longer than --seconds until about this many requests per "
+                         "side (for percentiles at 1 stream)")  # fmt: skip
     ap.add_argument("--tokens", type=int, default=32, help="tokens per streamed answer")
     ap.add_argument("--token-ms", type=float, default=20.0, help="ms between streamed tokens")  # fmt: skip
     ap.add_argument("--nice", type=int, default=0,
                     help="run this script, the fake replica and the gateway at this niceness "
                          "(negative needs root): on a machine busy with other work, it measures "
                          "the gateway rather than the wait for a CPU")  # fmt: skip
+    ap.add_argument("--burst", action="store_true",
+                    help="start every stream at the same instant (requests then arrive in "
+                         "bursts of --concurrency; the default spreads the streams' starts over "
+                         "one answer's length)")  # fmt: skip
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                    help="give the gateway a CPU of its own and the load generator and replica "
+                         "the rest (with 2 or more CPUs; --no-pin lets all three share them)")  # fmt: skip
     args = ap.parse_args()
     if args.nice:
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # children inherit it
