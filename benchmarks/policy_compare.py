@@ -25,11 +25,13 @@ Run: ``.venv/bin/python benchmarks/policy_compare.py`` (``--help`` for options).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from kvharness.routing.base import available_policies
 from kvharness.sim.summary import PolicyRow
@@ -117,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: hit ratio vs ideal on the Mooncake trace at its light load with each "
         "replica's KV capacity x1 and x8 (is the cache size what bounds it?)",
     )
+    ap.add_argument(
+        "--policy-option",
+        action="append",
+        default=[],
+        help=f"KEY=VALUE option of {OURS} (repeatable), e.g. compute_weight=1",
+    )
     args = ap.parse_args(argv)
     if args.cpu_tier_blocks < 0:
         ap.error("--cpu-tier-blocks must be >= 0")
@@ -138,6 +146,15 @@ def main(argv: list[str] | None = None) -> int:
         if len(loads[k]) != 3:
             ap.error(f"give three loads for {k}")
 
+    ours_options: dict[str, Any] = {}
+    for pair in args.policy_option:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            ap.error(f"--policy-option takes KEY=VALUE, got {pair!r}")
+        try:
+            ours_options[key] = json.loads(value)
+        except ValueError:
+            ours_options[key] = value
     jobs = [
         (
             k,
@@ -148,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 load,
                 cpu_tier_blocks=args.cpu_tier_blocks,
                 deadline=args.deadline,
+                policy_options=tuple(ours_options.items()) if p == OURS else (),
             ),
             args,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -57,3 +58,14 @@ def test_ray_path_with_a_stand_in_ray_module(monkeypatch: pytest.MonkeyPatch) ->
     assert calls["address"] == "ray://head:10001"
     assert _key(rows) == _key(run_sweep(TASKS, executor="serial"))
     assert seen == ["round_robin", "session"]
+
+
+def test_policy_options_reach_the_policy() -> None:
+    base = Task(SMALL, "2xH200:llama-3.1-8b", "agent_aware", 1.0)
+    with pytest.raises(TypeError, match="no_such_option"):
+        run_sweep([replace(base, policy_options=(("no_such_option", 1),))], executor="serial")
+    # A context cost this large spreads the sessions: a different run from the default one.
+    spread = replace(base, policy_options=(("context_cost", 10.0),))
+    assert _key(run_sweep([spread], executor="serial")) != _key(
+        run_sweep([base], executor="serial")
+    )

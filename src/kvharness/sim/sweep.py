@@ -44,6 +44,8 @@ class Task:
     max_num_seqs: int = 256
     deadline: str = "1.5x"
     out: str | None = None
+    policy_options: tuple[tuple[str, Any], ...] = ()
+    """Keyword arguments of the policy, as (name, value) pairs."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -67,6 +69,7 @@ def run_task(task: Task, workload: Workload | None = None) -> PolicyRow:
         eviction=task.eviction,
         cpu_tier_blocks=task.cpu_tier_blocks,
         load=task.load,
+        policy_options=dict(task.policy_options),
     )
     deadline = parse_deadline(task.deadline)
     hashes = _HASHES.setdefault(f"{task.workload}@{cluster.deployment.block_size}", {})
