@@ -232,7 +232,8 @@ async def run(args: argparse.Namespace) -> None:
                 f"{'p99':>7} gateway | {'added p50':>9} {'p99':>7} | end-to-end added p50 / p99 | "
                 "CPU ms/request: gateway, replica; load-gen busy")  # fmt: skip
         print(head)
-        spread = 0.0 if args.burst else args.tokens * args.token_ms / 1000
+        answer_s = args.tokens * args.token_ms / 1000
+        spread = 0.0 if args.burst else answer_s
         for c in args.concurrency:
             d_ttfb: list[float] = []
             d_tot: list[float] = []
@@ -240,7 +241,6 @@ async def run(args: argparse.Namespace) -> None:
             g_tot: list[float] = []
             gw_cpu = be_cpu = gen_cpu = gen_wall = 0.0
             # Long enough for --min-requests per side (at 1 stream, a request lasts an answer).
-            answer_s = args.tokens * args.token_ms / 1000
             seconds = max(args.seconds, args.min_requests * answer_s / c)
             for _ in range(2):
                 a, b = await phase(direct, c, seconds / 2, args.tokens, spread)
