@@ -25,15 +25,13 @@ Run: ``.venv/bin/python benchmarks/policy_compare.py`` (``--help`` for options).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from kvharness.routing.base import available_policies
+from kvharness.routing.base import available_policies, parse_policy_options
 from kvharness.sim.summary import PolicyRow
 from kvharness.sim.sweep import Task, run_task
 from kvharness.workload.load import load_workload
@@ -146,15 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         if len(loads[k]) != 3:
             ap.error(f"give three loads for {k}")
 
-    ours_options: dict[str, Any] = {}
-    for pair in args.policy_option:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            ap.error(f"--policy-option takes KEY=VALUE, got {pair!r}")
-        try:
-            ours_options[key] = json.loads(value)
-        except ValueError:
-            ours_options[key] = value
+    try:
+        ours_options = parse_policy_options(args.policy_option)
+    except ValueError as err:
+        ap.error(f"--policy-option: {err}")
     jobs = [
         (
             k,

@@ -134,16 +134,12 @@ def register(subparsers: Any) -> None:
 
 
 def _options(pairs: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UserError(f"--policy-option takes KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(value)
-        except ValueError:
-            out[key] = value
-    return out
+    from kvharness.routing.base import parse_policy_options
+
+    try:
+        return parse_policy_options(pairs)
+    except ValueError as err:
+        raise UserError(f"--policy-option: {err}") from None
 
 
 def build_config(args: argparse.Namespace) -> Any:

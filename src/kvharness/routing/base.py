@@ -12,6 +12,7 @@ router's own decisions).
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ __all__ = [
     "RouteRequest",
     "available_policies",
     "make_policy",
+    "parse_policy_options",
     "register_policy",
 ]
 
@@ -143,3 +145,18 @@ def make_policy(name: str, **options: Any) -> Policy:
             f"unknown policy {name!r}; choose from {', '.join(sorted(_REGISTRY))}"
         ) from None
     return cls(**options)
+
+
+def parse_policy_options(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings as constructor options: a value is read as JSON (numbers, booleans,
+    lists) and kept as a string when it is not JSON. Raises ValueError naming a malformed pair."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"a policy option is KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
