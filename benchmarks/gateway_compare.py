@@ -52,36 +52,11 @@ import msgspec
 from kvharness.report.metrics import summarise
 from kvharness.report.records import TurnRecord, read_records
 from kvharness.testing import ReplicaConfig, ensure_tiny_model
+from kvharness.testing.procs import poll, session_cpu_seconds, stop_process, wait_up
 from kvharness.testing.vllm import VllmReplica, free_port, start_replicas
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / ".." / "shared" / "traces" / "swe-agent"
-
-
-def poll(
-    what: str,
-    request: str | urllib.request.Request,
-    proc: subprocess.Popen[bytes],
-    *,
-    timeout: float,
-    every: float,
-    request_timeout: float,
-) -> None:
-    """Repeat ``request`` until it succeeds; RuntimeError naming ``what`` when ``proc`` exits
-    or ``timeout`` seconds pass first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(request, timeout=request_timeout).read()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{what} (exit {proc.poll()})") from None
-            time.sleep(every)
-
-
-def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    poll(f"{url} did not come up", url, proc, timeout=timeout, every=0.3, request_timeout=2)
 
 
 def wait_routable(
@@ -112,20 +87,6 @@ def reset_caches(reps: list[VllmReplica]) -> None:
     for r in reps:
         req = urllib.request.Request(r.url + "/reset_prefix_cache", data=b"", method="POST")
         urllib.request.urlopen(req, timeout=30).read()
-
-
-def session_cpu_seconds(sid: int) -> float:
-    """User + system CPU seconds of the live processes in session ``sid`` (a router started
-    with ``start_new_session``, helpers included), from /proc."""
-    total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended meanwhile
-            continue
-        if int(fields[3]) == sid:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def is_gateway(name: str) -> bool:
@@ -212,12 +173,7 @@ def run_router(
                 (args.out / f"{run_dir.name}.metrics").write_bytes(m.read())
         return read_records(run_dir / "records.jsonl"), sent, cpu
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 15)
         log.close()
 
 

@@ -37,27 +37,15 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 
+from kvharness.testing.procs import cpu_seconds, stop_process, wait_up
 from kvharness.testing.tiny_model import ensure_tiny_model
 from kvharness.testing.vllm import free_port
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{url} did not come up") from None
-            time.sleep(0.1)
 
 
 def body(i: int, tokens: int) -> bytes:
@@ -180,12 +168,6 @@ async def phase(
     return ttfb, total
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) * 1000
 
@@ -218,8 +200,8 @@ async def run(args: argparse.Namespace) -> None:
         os.sched_setaffinity(gateway.pid, {cpus[-1]})
         placement = f"gateway on CPU {cpus[-1]}, load generator and replica on CPUs {sorted(rest)}"
     try:
-        wait_up(f"http://127.0.0.1:{bport}/health", backend)
-        wait_up(f"http://127.0.0.1:{gport}/health", gateway)
+        wait_up(f"http://127.0.0.1:{bport}/health", backend, timeout=60, every=0.1)
+        wait_up(f"http://127.0.0.1:{gport}/health", gateway, timeout=60, every=0.1)
         direct, via = f"http://127.0.0.1:{bport}", f"http://127.0.0.1:{gport}"
         await phase(direct, 4, 1.0, args.tokens)  # warm both paths
         await phase(via, 4, 1.0, args.tokens)
@@ -267,12 +249,7 @@ async def run(args: argparse.Namespace) -> None:
             )
     finally:
         for p in (gateway, backend):
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            stop_process(p)
 
 
 def main() -> None:

@@ -1,0 +1,81 @@
+"""Processes the benchmarks start: wait for one to answer over HTTP, read its CPU time, stop it.
+
+Linux only for the CPU readings (``/proc``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+__all__ = ["cpu_seconds", "poll", "session_cpu_seconds", "stop_process", "wait_up"]
+
+
+def poll(
+    what: str,
+    request: str | urllib.request.Request,
+    proc: subprocess.Popen[bytes],
+    *,
+    timeout: float,
+    every: float,
+    request_timeout: float,
+) -> None:
+    """Repeat ``request`` until it succeeds; RuntimeError naming ``what`` when ``proc`` exits
+    or ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(request, timeout=request_timeout).read()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} (exit {proc.poll()})") from None
+            time.sleep(every)
+
+
+def wait_up(
+    url: str, proc: subprocess.Popen[bytes], timeout: float = 120, every: float = 0.3
+) -> None:
+    """Until ``url`` answers a GET (RuntimeError if ``proc`` exits or ``timeout`` passes)."""
+    poll(f"{url} did not come up", url, proc, timeout=timeout, every=every, request_timeout=2)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
+    """SIGTERM, then SIGKILL if it has not ended after ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _stat(pid: str | int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (field 3, the state, first)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _cpu(fields: list[str]) -> float:
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    return _cpu(_stat(pid))
+
+
+def session_cpu_seconds(sid: int) -> float:
+    """User + system CPU seconds of the live processes in session ``sid`` (a process started
+    with ``start_new_session``, helpers included)."""
+    total = 0.0
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = _stat(entry.name)
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[3]) == sid:
+            total += _cpu(fields)
+    return total

@@ -1,0 +1,52 @@
+"""The benchmarks' process helpers, on real child processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kvharness.testing.procs import cpu_seconds, session_cpu_seconds, stop_process, wait_up
+from kvharness.testing.vllm import free_port
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+
+
+def test_cpu_seconds_of_a_session_count_its_children() -> None:
+    # A parent that burns 0.3 s of CPU in a child and itself, then waits to be read.
+    code = (
+        "import subprocess, sys, time\n"
+        f"c = subprocess.Popen([sys.executable, '-c', {BURN!r} + 'time.sleep(30)'])\n"
+        f"exec({BURN!r})\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+            time.sleep(0.5)  # the child's burn ends too
+            own = cpu_seconds(proc.pid)
+            assert own >= 0.25
+            assert session_cpu_seconds(proc.pid) >= own + 0.25
+        finally:
+            os.killpg(proc.pid, 9)
+
+
+def test_stop_process_kills_what_ignores_sigterm() -> None:
+    code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint(1, flush=True)\ntime.sleep(60)"  # fmt: skip
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stdout.readline() == b"1\n"
+        stop_process(proc, timeout=0.5)
+        assert proc.returncode == -9
+
+
+def test_wait_up_fails_naming_the_url_when_the_process_exits() -> None:
+    url = f"http://127.0.0.1:{free_port()}/health"
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    with pytest.raises(RuntimeError, match=rf"{url} did not come up \(exit 3\)"):
+        wait_up(url, proc, timeout=30, every=0.05)
