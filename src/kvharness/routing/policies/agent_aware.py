@@ -119,7 +119,7 @@ class AgentAware(Policy):
         self._returns = 0  # turns of sessions seen before
         self._expiries = 0  # sessions quiet for session_idle_s
         self._block_size = 16  # the engines' block size, as last seen in choose()
-        self._unknown_rate = default_prefill_tokens_per_s  # see _rate
+        self._mean_rate = default_prefill_tokens_per_s  # mean measured rate, as of choose()
         # session -> home it had when it expired (a pause longer than session_idle_s); bounded
         self._former: OrderedDict[str, tuple[int, int]] = OrderedDict()  # -> (replica, output)
         self._out_total = 0  # output tokens of all session turns routed
@@ -150,7 +150,7 @@ class AgentAware(Policy):
         """Prefill tokens per second assumed for ``r``: its measured rate, or with
         ``pooled_rate`` (or none measured yet) the mean of the measured replicas'."""
         if self.pooled_rate or not r.prefill_tokens_per_s:
-            return self._unknown_rate
+            return self._mean_rate
         return r.prefill_tokens_per_s
 
     def homed_sessions(self, replica: int) -> int:
@@ -177,7 +177,7 @@ class AgentAware(Policy):
         ]
         # A replica not yet measured is taken to be like the measured ones (replicas are alike),
         # not as fast as a constant: that would make it look idle next to a measured busy one.
-        self._unknown_rate = sum(known) / len(known) if known else self.default_prefill_tokens_per_s
+        self._mean_rate = sum(known) / len(known) if known else self.default_prefill_tokens_per_s
         t = {i: self.ttft(request, replicas[i], matched_blocks[i]) for i in among}
         x = {i: self.burden(request, replicas[i], matched_blocks[i]) for i in among}
         fastest = min(among, key=lambda i: (t[i], replicas[i].outstanding, i))
