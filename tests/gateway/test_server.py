@@ -78,6 +78,8 @@ async def test_chat_and_completions_with_the_openai_client(
     assert status == 200
     assert 'kvharness_gateway_requests_total{endpoint="chat",outcome="ok"' in text
     assert 'kvharness_gateway_routing_decisions_total{reason="rotation"}' in text
+    # The two streamed answers' first bytes, timed from dispatch, under the replica's URL.
+    assert f'kvharness_gateway_upstream_first_byte_seconds_count{{replica="{b.url}"}} 2.0' in text
     status, text, _ = await get(gw, "/status")
     st = json.loads(text)
     assert st["replicas"][0]["healthy"] and st["block_size"] == 16  # read from /metrics

@@ -5,22 +5,27 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
-from kvharness.testing.procs import cpu_seconds, session_cpu_seconds, stop_process, wait_up
+from kvharness.testing.procs import cpu_seconds, session_sched_seconds, stop_process, wait_up
 from kvharness.testing.vllm import free_port
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
 
 
-def test_cpu_seconds_of_a_session_count_its_children() -> None:
-    # A parent that burns 0.3 s of CPU in a child and itself, then waits to be read.
+def test_sched_seconds_of_a_session_count_its_children_and_their_waits() -> None:
+    # A parent and its child, both on one CPU, burn 0.3 s of CPU each at the same time: each
+    # waits on the run queue while the other runs.
     code = (
-        "import subprocess, sys, time\n"
-        f"c = subprocess.Popen([sys.executable, '-c', {BURN!r} + 'time.sleep(30)'])\n"
+        "import os, subprocess, sys, time\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        f"c = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read(1);' + {BURN!r}"
+        " + 'time.sleep(30)'], stdin=subprocess.PIPE)\n"
+        "time.sleep(0.5)\n"
+        "c.stdin.write(b'x'); c.stdin.flush()\n"
         f"exec({BURN!r})\n"
+        "time.sleep(0.5)\n"
         "print('ready', flush=True)\n"
         "time.sleep(30)\n"
     )
@@ -29,10 +34,11 @@ def test_cpu_seconds_of_a_session_count_its_children() -> None:
     ) as proc:
         try:
             assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
-            time.sleep(0.5)  # the child's burn ends too
             own = cpu_seconds(proc.pid)
             assert own >= 0.25
-            assert session_cpu_seconds(proc.pid) >= own + 0.25
+            times = session_sched_seconds(proc.pid)
+            assert times.cpu >= own + 0.25
+            assert times.wait >= 0.15
         finally:
             os.killpg(proc.pid, 9)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["COUNTERS", "delta", "scrape", "scrape_all"]
+__all__ = ["COUNTERS", "delta", "scrape", "scrape_all", "totals"]
 
 COUNTERS = (
     "vllm:prefix_cache_queries",
@@ -22,22 +22,35 @@ COUNTERS = (
 """Counter families kept (summed over their label sets); others are dropped."""
 
 
-def scrape(url: str, timeout: float = 5.0) -> dict[str, float] | None:
-    """Totals of :data:`COUNTERS` at ``url``/metrics; None when the server exposes none."""
+_SAMPLE = {"counter": "_total", "histogram": "_sum", "summary": "_sum"}
+"""The sample that stands for a family of each type (its name plus this), where not the family
+name itself."""
+
+
+def totals(text: str, families: Collection[str]) -> dict[str, float]:
+    """Each of ``families`` (metric family names, e.g. ``vllm:prompt_tokens``) found in
+    Prometheus exposition ``text``, summed over its label sets: a counter's total, a histogram's
+    (or summary's) sum of observations, a gauge's value. Raises ValueError on text that is not
+    Prometheus exposition."""
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name in families:
+            sample = fam.name + _SAMPLE.get(fam.type, "")
+            total = sum(s.value for s in fam.samples if s.name == sample)
+            out[fam.name] = out.get(fam.name, 0.0) + total
+    return out
+
+
+def scrape(
+    url: str, timeout: float = 5.0, families: Collection[str] = COUNTERS
+) -> dict[str, float] | None:
+    """:func:`totals` of ``families`` at ``url``/metrics; None when the server exposes none."""
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=timeout) as resp:
             text = resp.read().decode("utf-8", errors="replace")
+        return totals(text, families) or None
     except (urllib.error.URLError, OSError, ValueError):
         return None
-    out: dict[str, float] = {}
-    try:
-        for fam in text_string_to_metric_families(text):
-            if fam.name in COUNTERS:
-                total = sum(s.value for s in fam.samples if s.name.endswith("_total"))
-                out[fam.name] = out.get(fam.name, 0.0) + total
-    except ValueError:
-        return None
-    return out or None
 
 
 async def scrape_all(urls: Sequence[str]) -> dict[str, dict[str, float] | None]:

@@ -141,6 +141,14 @@ class GatewayMetrics:
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5),
             registry=r,
         )
+        self.first_byte_seconds = Histogram(
+            PREFIX + "upstream_first_byte_seconds",
+            "Time from dispatch to the replica's first byte of a streamed answer (its time to "
+            "first token as the gateway sees it), seconds",
+            ["replica"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=r,
+        )
 
         self._request_children: dict[tuple[str, str, str], Any] = {}
         self._decision_children: dict[str, Any] = {}

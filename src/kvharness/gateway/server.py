@@ -496,7 +496,9 @@ class Gateway:
         if not first:
             self._suspect(i, "empty stream")
             raise _UpstreamFailed(f"{url}: the stream ended before its first byte")
-        self.router.first_token(flight, time.monotonic())
+        now = time.monotonic()
+        self.router.first_token(flight, now)
+        self.metrics.first_byte_seconds.labels(url).observe(now - flight.sent_at)
         resp = _RelayResponse(
             status=upstream.status,
             headers={

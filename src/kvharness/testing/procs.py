@@ -1,4 +1,5 @@
-"""Processes the benchmarks start: wait for one to answer over HTTP, read its CPU time, stop it.
+"""Processes the benchmarks start: wait for one to answer over HTTP, read its CPU (and run-queue)
+time, stop it.
 
 Linux only for the CPU readings (``/proc``).
 """
@@ -10,8 +11,16 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["cpu_seconds", "poll", "session_cpu_seconds", "stop_process", "wait_up"]
+__all__ = [
+    "SchedTimes",
+    "cpu_seconds",
+    "poll",
+    "session_sched_seconds",
+    "stop_process",
+    "wait_up",
+]
 
 
 def poll(
@@ -67,15 +76,26 @@ def cpu_seconds(pid: int) -> float:
     return _cpu(_stat(pid))
 
 
-def session_cpu_seconds(sid: int) -> float:
-    """User + system CPU seconds of the live processes in session ``sid`` (a process started
-    with ``start_new_session``, helpers included)."""
-    total = 0.0
+class SchedTimes(NamedTuple):
+    cpu: float
+    """Seconds on a CPU."""
+    wait: float
+    """Seconds runnable but waiting for a CPU (on a run queue)."""
+
+
+def session_sched_seconds(sid: int) -> SchedTimes:
+    """CPU and run-queue seconds of the threads of the live processes in session ``sid`` (a
+    process started with ``start_new_session``, helpers included), from the scheduler's own
+    accounting (``/proc/PID/task/TID/schedstat``, nanoseconds)."""
+    cpu = wait = 0
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            fields = _stat(entry.name)
-        except OSError:  # the process ended meanwhile
+            if int(_stat(entry.name)[3]) != sid:
+                continue
+            for task in (entry / "task").iterdir():
+                run, queued, _ = (task / "schedstat").read_text().split()
+                cpu += int(run)
+                wait += int(queued)
+        except OSError:  # the process or thread ended meanwhile
             continue
-        if int(fields[3]) == sid:
-            total += _cpu(fields)
-    return total
+    return SchedTimes(cpu / 1e9, wait / 1e9)
