@@ -19,6 +19,12 @@ where the turns' time to first token went: the engines' own share (vLLM's histog
 (router, loopback, vLLM's HTTP handling), for a kvharness gateway its routing time and the
 replicas' first bytes as it saw them, and how long the router's processes waited for a CPU.
 
+``--router-realtime N`` runs every router alike under ``SCHED_RR`` at priority N. Where the
+replicas take every core (two vLLM-CPU replicas on a 2-core machine: each replica's worker computes
+and its engine core polls), a router under the normal scheduler waits for a core at each wake-up
+(the ``waited`` column: seconds its threads were runnable but not running), which a router on
+cores of its own, as in a cluster, does not. Needs root or CAP_SYS_NICE.
+
 Routers and how each is configured (at its best as far as its options go):
 
 * ``kvharness``: ``kvharness gateway --policy agent_aware`` with the model's tokenizer and chat
@@ -184,7 +190,20 @@ def run_router(
     port = free_port()
     cmd, health = router_command(name, reps, port, model, args.routers_venv, args.policy_option)
     log = (args.out / f"{run_dir.name}.log").open("wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    rt = args.router_realtime
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=(lambda: os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(rt)))
+            if rt
+            else None,
+        )
+    except (PermissionError, subprocess.SubprocessError) as err:
+        raise SystemExit(f"cannot start {name} under SCHED_RR {rt} ({err}): "
+                         "--router-realtime needs root or CAP_SYS_NICE") from None  # fmt: skip
     try:
         wait_up(f"http://127.0.0.1:{port}{health}", proc)
         wait_routable(f"http://127.0.0.1:{port}", reps[0].model, proc)
@@ -256,6 +275,9 @@ def main() -> None:
                          "routers, as sglang-router routes on text only")  # fmt: skip
     ap.add_argument("--policy-option", action="append", default=[],
                     help="KEY=VALUE passed to the kvharness gateway's policy")  # fmt: skip
+    ap.add_argument("--router-realtime", type=int, default=0, metavar="PRIORITY",
+                    help="run every router under SCHED_RR at this priority (1-99; 0: the normal "
+                         "scheduler)")  # fmt: skip
     ap.add_argument("--routers-venv", type=Path, default=REPO / ".cache" / "routers",
                     help="virtual environment holding sglang-router and vllm-router")  # fmt: skip
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "gateway-compare",
