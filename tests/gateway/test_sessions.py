@@ -138,6 +138,40 @@ def test_common_prefix_len(a: str, b: str, n: int) -> None:
     assert common_prefix_len(a, b) == n
 
 
+@pytest.mark.parametrize("add_special_tokens", [False, True])
+def test_encode_reports_specials_and_anchors_by_their_offsets(
+    tok: EngineTokenizer, add_special_tokens: bool
+) -> None:
+    # The definition, from the tokenizer's full offsets list: an added token with a span in the
+    # text is a special; about every ANCHOR_EVERY tokens, the first token that starts a word is
+    # an anchor, at the end of the token before it.
+    from kvharness.gateway.tokenizer import ANCHOR_EVERY
+
+    _, msgs = conversations()[0]
+    assert tok.template is not None
+    text = tok.template.render(msgs[:6], add_generation_prompt=True)
+    enc = tok.encode(text, add_special_tokens=add_special_tokens)
+    full = tok._tok.encode(text, add_special_tokens=add_special_tokens)
+    offsets = full.offsets
+    assert enc.ids == full.ids and len(enc.ids) > 4 * ANCHOR_EVERY
+    added = set(tok._tok.get_added_tokens_decoder())
+    assert enc.specials == [
+        (i, offsets[i][0])
+        for i, t in enumerate(full.ids)
+        if t in added and offsets[i][1] > offsets[i][0]
+    ]
+    assert enc.specials  # the chat template's markers
+    expected = []
+    for i in range(ANCHOR_EVERY, len(full.ids), ANCHOR_EVERY):
+        for j in range(i, min(len(full.ids), i + ANCHOR_EVERY)):
+            prev_end, start = offsets[j - 1][1], offsets[j][0]
+            if start > prev_end or (start < len(text) and text[start].isspace()):
+                if prev_end > 0:
+                    expected.append((j, prev_end))
+                break
+    assert enc.anchors == expected and len(expected) >= 4
+
+
 def test_plain_text_prompts_resume_from_anchors(tok: EngineTokenizer) -> None:
     """Text completions without special tokens (code, tool output, the bench's text prompts):
     each growing prompt is tokenised from an anchor near its end, and equals a full
