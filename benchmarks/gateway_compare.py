@@ -20,10 +20,10 @@ where the turns' time to first token went: the engines' own share (vLLM's histog
 replicas' first bytes as it saw them, and how long the router's processes waited for a CPU.
 
 ``--router-realtime N`` runs every router alike under ``SCHED_RR`` at priority N. Where the
-replicas take every core (two vLLM-CPU replicas on a 2-core machine: each replica's worker computes
-and its engine core polls), a router under the normal scheduler waits for a core at each wake-up
-(the ``waited`` column: seconds its threads were runnable but not running), which a router on
-cores of its own, as in a cluster, does not. Needs root or CAP_SYS_NICE.
+replicas take every core (two vLLM-CPU replicas on a 2-core machine), a router under the normal
+scheduler waits for a core at each wake-up (the ``waited`` column: seconds its threads were
+runnable but not running), which a router on cores of its own, as in a cluster, does not. Needs
+root or CAP_SYS_NICE.
 
 Routers and how each is configured (at its best as far as its options go):
 
