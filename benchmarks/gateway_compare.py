@@ -283,6 +283,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "gateway-compare",
                     help="folder for the bench runs and router logs")  # fmt: skip
     args = ap.parse_args()
+    if not 0 <= args.router_realtime <= 99:
+        ap.error("--router-realtime takes a priority from 1 to 99 (0: the normal scheduler)")
 
     model = ensure_tiny_model(REPO / ".cache" / "tiny-llama")
     # The tiny tokenizer (1024 tokens) makes the trajectories' prompts longer than a real one would.
