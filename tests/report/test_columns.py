@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kvharness.report.metrics import BREAKDOWN_PARTS, record_end, session_times, summarise
@@ -77,6 +77,24 @@ def runs(draw: st.DrawFn) -> list[TurnRecord]:
 
 @settings(max_examples=300, deadline=None)
 @given(runs())
+@example(  # a run spanning 5e-324 s: a positive span but zero hours, so no goodput
+    [
+        TurnRecord(
+            session="s0",
+            turn=0,
+            replica="r0",
+            intended=0.0,
+            sent=0.0,
+            first_token=0.0,
+            done=5e-324,
+            prompt_tokens=0,
+            cached_tokens=None,
+            ideal_cached_tokens=0,
+            output_tokens=0,
+            gap=0.0,
+        )
+    ]
+)
 def test_vectorised_walk_matches_reference(records: list[TurnRecord]) -> None:
     got = {t.session: t for t in session_times(records)}
     by_session: dict[str, list[TurnRecord]] = {}
@@ -96,6 +114,7 @@ def test_vectorised_walk_matches_reference(records: list[TurnRecord]) -> None:
             assert math.isclose(getattr(t.breakdown, k), v, rel_tol=1e-12, abs_tol=1e-9), k
         assert math.isclose(t.breakdown.total, t.makespan, rel_tol=1e-12, abs_tol=1e-9)
     s = summarise(records)
+    assert s.goodput is None or math.isfinite(s.goodput)
     assert s.sessions_completed == sum(t.completed for t in got.values())
     assert s.records == len(records) and s.turns_ok == sum(r.ok for r in records)
     assert sum(s.errors.values()) == sum(not r.ok for r in records)

@@ -307,6 +307,14 @@ def _replicas(c: Columns) -> tuple[list[ReplicaLoad], float | None]:
     return loads, (float(prompt.max()) / mean if mean else None)
 
 
+def _per_hour(count: int, span: float) -> float | None:
+    """``count`` per hour of ``span`` seconds; None for a span too short to give a finite rate
+    (zero, or so small that the rate overflows)."""
+    hours = span / 3600.0
+    rate = count / hours if hours > 0 else math.inf
+    return rate if math.isfinite(rate) else None
+
+
 def summarise(
     records: Sequence[TurnRecord],
     *,
@@ -359,7 +367,7 @@ def summarise(
         sessions_completed=int(makespan.size),
         sessions_within_deadline=within,
         span=span,
-        goodput=within / (span / 3600.0) if span > 0 else None,
+        goodput=_per_hour(within, span),
         ttft=dist(c.first[with_first] - c.sent[with_first]),
         itl=dist((c.done[itl_mask] - c.first[itl_mask]) / (c.output[itl_mask] - 1)),
         e2e=dist(c.done[ok] - c.sent[ok]),
