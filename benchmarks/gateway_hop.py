@@ -41,6 +41,12 @@ def prompt(i: int, words: int) -> str:
     return f"request {i}: " + " ".join(f"w{(i * 31 + k) % 997}" for k in range(words))
 
 
+def p50_p90(xs: list[float]) -> tuple[float, float]:
+    """Median and 90th percentile of ``xs`` seconds, in milliseconds."""
+    q = statistics.quantiles(xs, n=10, method="inclusive")
+    return 1000 * statistics.median(xs), 1000 * q[8]
+
+
 class Target:
     """One keep-alive HTTP connection to a server sending streamed completions."""
 
@@ -123,10 +129,6 @@ def main() -> None:
             for r in range(args.rounds):
                 for t in targets[r % len(targets) :] + targets[: r % len(targets)]:
                     times[t.name] += [t.send(p)[0] for p in prompts]
-
-            def p50_p90(xs: list[float]) -> tuple[float, float]:
-                q = statistics.quantiles(xs, n=10, method="inclusive")
-                return 1000 * statistics.median(xs), 1000 * q[8]
 
             d50, d90 = p50_p90(times["direct"])
             row = f"{words:>6} {statistics.median(tokens):>7.0f} {d50:>7.1f}/{d90:<7.1f}"
