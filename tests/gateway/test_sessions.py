@@ -5,6 +5,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvharness.gateway.hashing import chain_hashes
 from kvharness.gateway.sessions import PromptHasher, common_prefix_len
@@ -73,10 +75,11 @@ def test_session_found_by_messages_without_header(tok: EngineTokenizer) -> None:
     second = h.chat(msgs[:6], None)
     assert h.stats.incremental == 1 and len(h) == 1
     assert first.session is not None and first.session == second.session  # routed as one session
-    # A different conversation is not mistaken for it.
+    # A different conversation is not mistaken for it (its tokens up to where they part are
+    # taken over: the two share their system prompt).
     _, other = conversations()[1]
     third = h.chat(other[:3], None)
-    assert h.stats.incremental == 1 and len(h) == 2 and third.session != first.session
+    assert len(h) == 2 and third.session != first.session and h.stats.shared == 1
     assert h.chat(msgs[:2], "given").session == "given"
 
 
@@ -252,3 +255,106 @@ def test_clock_printing_templates_are_rendered_every_time(tok: EngineTokenizer) 
     again = h.chat(msgs, "s")
     assert tmpl.renders == 2  # rendered again; the identical text was still not re-tokenised
     assert again.reused_tokens == again.num_tokens
+
+
+def _repo_text(msgs: list[dict[str, Any]], k: int) -> str:
+    return "".join(m["content"] + "\n" for m in msgs[:k])
+
+
+def test_a_new_session_takes_over_the_tokens_of_a_prompt_it_begins_like(
+    tok: EngineTokenizer,
+) -> None:
+    """Sessions of one agent share their system prompt and repository context: a new session's
+    first prompt is tokenised from near where it leaves the most similar kept prompt, and still
+    equals a full tokenisation."""
+    _, msgs = conversations()[4]
+    shared = _repo_text(msgs, 6)
+    h = PromptHasher(tok, BS)
+    h.completion_text(shared + "task: fix the first bug", "a")
+    h.completion_text("an unrelated prompt " * 30, "b")
+    for sid, task in (("c", "task: fix the second bug"), ("d", "task: write the docs")):
+        text = shared + task
+        got = h.completion_text(text, sid)
+        ids = tok.encode_ids(text, add_special_tokens=True)
+        assert list(got.token_ids) == ids and list(got.block_hashes) == chain_hashes(ids, BS)
+        # All but the last few hundred characters before the task were taken over.
+        assert got.reused_tokens > 0.8 * len(tok.encode_ids(shared)), sid
+        assert got.session == sid
+    assert h.stats.shared == 2 and h.stats.resume_failures == 0
+    # Chat prompts do the same through their rendered text (no BOS added: a text completion's
+    # tokens are not taken over for them).
+    chat = PromptHasher(tok, BS)
+    first = chat.chat(msgs[:6], "x")
+    other = [*msgs[:5], {"role": "user", "content": "another task"}]
+    got = chat.chat(other, "y")
+    assert tok.template is not None
+    assert list(got.token_ids) == tok.encode_ids(tok.template.render(other))
+    assert chat.stats.shared == 1 and got.reused_tokens > 0.5 * first.num_tokens
+    h.chat(other, "z")
+    assert h.stats.shared == 2  # only text completions kept so far: different special tokens
+
+
+def test_text_completions_without_a_header_are_found_by_prefix(tok: EngineTokenizer) -> None:
+    _, msgs = conversations()[5]
+    h = PromptHasher(tok, BS)
+    first = h.completion_text(_repo_text(msgs, 4), None)
+    second = h.completion_text(_repo_text(msgs, 6), None)  # continues the first prompt
+    assert first.session is not None and second.session == first.session
+    assert second.reused_tokens > 0.8 * first.num_tokens
+    again = h.completion_text(_repo_text(msgs, 6), None)
+    assert again.session == first.session and again.reused_tokens == again.num_tokens
+    # A prompt that begins like it but does not continue it is another session...
+    fork = h.completion_text(_repo_text(msgs, 3) + "something else", None)
+    assert fork.session not in (None, first.session) and fork.reused_tokens > 0
+    # ...and so is one continuing a session named by its client's header.
+    h.completion_text("named " * 200, "named")
+    cont = h.completion_text("named " * 200 + "more", None)
+    assert cont.session not in (None, "named")
+    assert len(h) == 4
+
+
+def test_the_index_of_beginnings_forgets_dropped_sessions(tok: EngineTokenizer) -> None:
+    h = PromptHasher(tok, 4, max_tokens=3000)
+    for s in range(40):
+        h.completion_text(f"system prompt {'x ' * 300} session {s}", f"s{s}")
+    kept = set(h._sessions)
+    assert len(kept) < 40
+    listed = [sid for bucket in h._by_head.values() for sid in bucket]
+    assert set(listed) <= kept and len(listed) == len(set(listed))
+
+
+_PIECES = [
+    "You are a coding agent. ",
+    "def f(x):\n    return x + 1\n",
+    "<|begin_of_text|>",
+    " ".join(f"word{i}" for i in range(120)),
+    "\n\n   indented   text\t with\ttabs ",
+    "über naïve café — ünïcödé ",
+    "x = [1, 2, 3]  # comment\n" * 12,
+]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c", None]),
+            st.lists(st.integers(0, len(_PIECES) - 1), min_size=1, max_size=14),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_prompts_resumed_from_any_kept_prompt_equal_a_full_tokenisation(
+    tok: EngineTokenizer, calls: list[tuple[str | None, list[int]]]
+) -> None:
+    h = PromptHasher(tok, 16)
+    for sid, pieces in calls:
+        text = "".join(_PIECES[i] for i in pieces)
+        got = h.completion_text(text, sid)
+        ids = tok.encode_ids(text, add_special_tokens=True)
+        assert list(got.token_ids) == ids
+        assert list(got.block_hashes) == chain_hashes(ids, 16)
+        assert got.session is not None and (sid is None or got.session == sid)

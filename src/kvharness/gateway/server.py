@@ -666,6 +666,7 @@ class Gateway:
             "hashing": {
                 "prompts": hs.prompts,
                 "incremental": hs.incremental,
+                "shared": hs.shared,
                 "tokens_total": hs.tokens_total,
                 "tokens_reused": hs.tokens_reused,
                 "mismatches": hs.mismatches,

@@ -14,7 +14,13 @@ tokenisation.
 Sessions are found by the ``x-session-id`` header, or, for chat requests without one, by their
 messages: a request whose first ``k`` messages are the last request's messages continues it
 (found through a fingerprint of message ``k - 1`` and message 0, then checked on the text); a
-request repeating the last one's messages exactly is the same session too.
+request repeating the last one's messages exactly is the same session too. A text completion
+without one continues the session (named here) whose last prompt its text extends.
+
+Sessions of one agent begin alike (system prompt, tool definitions, repository context): a prompt
+that does not continue its session's last one (a new session, or a rewritten history) is resumed
+from whichever recent prompt that began with the same :data:`_HEAD_CHARS` characters shares most
+of its text, so a new session tokenises only what is its own.
 
 A request identical to its session's last one (same messages, tools and template options, and a
 template that does not print the clock) reuses the last result without rendering; one whose
@@ -43,6 +49,10 @@ _ANCHOR_OVERLAP_CHARS = 256
 """An anchor is resumed from only when the two prompts share this many characters past it."""
 _ANCHOR_MIN_AGREE = 16
 """Tokens after an anchor that must come out as before for the resumed tokenisation to be used."""
+_HEAD_CHARS = 256
+"""Prompts beginning with the same this many characters are looked at to resume one another."""
+_HEAD_CANDIDATES = 8
+"""Sessions looked at per beginning (the most recently kept)."""
 
 
 class HashedPrompt(NamedTuple):
@@ -68,6 +78,8 @@ class HasherStats:
     """Incremental results that differed from full tokenisation (the full result was used)."""
     resume_failures: int = 0
     """Resumes from an anchor whose check failed (the prompt was tokenised in full)."""
+    shared: int = 0
+    """Prompts resumed from another session's prompt that began alike."""
 
 
 @dataclass(slots=True)
@@ -83,6 +95,8 @@ class _State:
     request: tuple[Any, ...] | None = None
     """A chat prompt's messages and template options (for repeats that need no rendering)."""
     special_tokens: bool = False
+    auto: bool = False
+    """The session was named here (``auto-N``), not by its client."""
 
 
 def common_prefix_len(a: str, b: str) -> int:
@@ -126,6 +140,8 @@ class PromptHasher:
     stats: HasherStats = field(default_factory=HasherStats)
     _sessions: OrderedDict[str, _State] = field(default_factory=OrderedDict)
     _by_messages: dict[tuple[int, int, int], str] = field(default_factory=dict)
+    _by_head: dict[str, list[str]] = field(default_factory=dict)
+    """First :data:`_HEAD_CHARS` characters of kept text prompts -> their sessions, latest first."""
     _kept_tokens: int = 0
     _auto: int = 0
 
@@ -163,23 +179,26 @@ class PromptHasher:
             text = tok.template.render(
                 messages, tools=tools, add_generation_prompt=add_generation_prompt, extra=extra
             )
-            result, state = self._text(text, state, add_special_tokens=False)
+            result, state, _ = self._hash_text(text, state, add_special_tokens=False)
             state.key = _message_key(messages, len(messages))
             state.request = request
         if sid is None:
-            self._auto += 1
-            sid = f"auto-{self._auto}"
+            sid = self._new_session(state)
         self._keep(sid, state)
         return result._replace(session=sid)
 
     def completion_text(self, text: str, session_id: str | None) -> HashedPrompt:
-        """Hash a text completion prompt (tokenised with the tokenizer's special tokens)."""
+        """Hash a text completion prompt (tokenised with the tokenizer's special tokens).
+        Without ``session_id``, the prompt continues the session named here whose last prompt
+        its text extends, else starts one."""
         self._need_tokenizer()
         state = self._sessions.get(session_id) if session_id is not None else None
-        result, new_state = self._text(text, state, add_special_tokens=True)
-        if session_id is not None:
-            self._keep(session_id, new_state)
-        return result._replace(session=session_id)
+        result, new_state, extended = self._hash_text(text, state, add_special_tokens=True)
+        sid = session_id if session_id is not None else extended
+        if sid is None:
+            sid = self._new_session(new_state)
+        self._keep(sid, new_state)
+        return result._replace(session=sid)
 
     def completion_ids(self, ids: Sequence[int], session_id: str | None) -> HashedPrompt:
         """Hash a token-id prompt; with a session, only blocks past the common prefix."""
@@ -223,43 +242,79 @@ class PromptHasher:
                     return state, sid
         return None, None
 
+    def _hash_text(
+        self, text: str, own: _State | None, *, add_special_tokens: bool
+    ) -> tuple[HashedPrompt, _State, str | None]:
+        """Hash ``text`` from the best kept prompt (:meth:`_base`): (result, new state, the
+        session named here whose last prompt ``text`` extends, if another's than ``own``)."""
+        sid, base, shared = self._base(text, own, add_special_tokens=add_special_tokens)
+        result, state = self._text(text, base, shared, add_special_tokens=add_special_tokens)
+        if sid is None or base is None:
+            return result, state, None
+        if result.reused_tokens:
+            self.stats.shared += 1
+        return result, state, sid if base.auto and shared == len(base.text or "") else None
+
+    def _base(
+        self, text: str, own: _State | None, *, add_special_tokens: bool
+    ) -> tuple[str | None, _State | None, int]:
+        """The kept prompt to resume ``text`` from, as (its session when not ``own``, it, the
+        characters it shares with ``text``): ``own`` (the session's last prompt) when ``text``
+        continues it, else whichever of it and the recent prompts that began like ``text``
+        shares most. Only prompts tokenised with the same ``add_special_tokens`` qualify.
+        O(length shared) per prompt looked at, at most 1 + :data:`_HEAD_CANDIDATES` of them."""
+        best: tuple[str | None, _State | None, int] = (None, None, 0)
+        if own is not None and own.text is not None and own.special_tokens == add_special_tokens:
+            best = (None, own, common_prefix_len(own.text, text))
+            if best[2] == len(own.text):
+                return best
+        for sid in self._by_head.get(text[:_HEAD_CHARS], ()):
+            other = self._sessions[sid]
+            if other is own or other.special_tokens != add_special_tokens:
+                continue
+            assert other.text is not None
+            shared = common_prefix_len(other.text, text)
+            if shared > best[2]:
+                best = (sid, other, shared)
+        return best
+
+    def _new_session(self, state: _State) -> str:
+        """A name for a session that its client did not name, whose first prompt is ``state``."""
+        self._auto += 1
+        state.auto = True
+        return f"auto-{self._auto}"
+
     def _text(
-        self, text: str, state: _State | None, *, add_special_tokens: bool
+        self, text: str, base: _State | None, d: int, *, add_special_tokens: bool
     ) -> tuple[HashedPrompt, _State]:
-        """Tokenise and hash ``text``, resuming from ``state`` (the session's last prompt) where
+        """Tokenise and hash ``text``, resuming from ``base`` (a kept prompt tokenised with the
+        same ``add_special_tokens``, sharing its first ``d`` characters; see :meth:`_base`) where
         it can: from the last special token at or before the first differing character (exact),
         or, when that is far back or there is none, from the last anchor well before it (checked:
         the resumed tokens must equal the old ones over the text both prompts share past the
         anchor, else the whole text is tokenised)."""
         tok = self._need_tokenizer()
-        if (
-            state is not None
-            and state.result is not None
-            and state.special_tokens == add_special_tokens
-            and state.text == text
-        ):
+        if base is not None and base.result is not None and d == len(text) == len(base.text or ""):
             same = _State(
-                text, state.ids, state.specials, state.hashes, anchors=state.anchors,
-                result=state.result, special_tokens=add_special_tokens,
+                text, base.ids, base.specials, base.hashes, anchors=base.anchors,
+                result=base.result, special_tokens=add_special_tokens,
             )  # fmt: skip
-            return self._repeat(state), same
+            return self._repeat(base), same
         restart = None
         checked = False
-        d = 0
-        if state is not None and state.text is not None:
-            d = common_prefix_len(state.text, text)
-            for i, c in reversed(state.specials):
+        if base is not None:
+            for i, c in reversed(base.specials):
                 if c <= d:
                     restart = (i, c)
                     break
-            for i, c in reversed(state.anchors):
+            for i, c in reversed(base.anchors):
                 if c <= d - _ANCHOR_OVERLAP_CHARS:
                     if restart is None or c - restart[1] > _ANCHOR_OVERLAP_CHARS:
                         restart, checked = (i, c), True
                     break
         if restart is not None:
-            assert state is not None
-            resumed = self._resume(text, state, restart, checked, add_special_tokens)
+            assert base is not None
+            resumed = self._resume(text, base, restart, checked, add_special_tokens)
             if resumed is not None:
                 return resumed
             self.stats.resume_failures += 1
@@ -339,11 +394,16 @@ class PromptHasher:
     def _keep(self, sid: str, state: _State) -> None:
         old = self._sessions.pop(sid, None)
         if old is not None:
+            state.auto = state.auto or old.auto
             self._forget(sid, old)
         self._sessions[sid] = state
         self._kept_tokens += len(state.ids)
         if state.key is not None:
             self._by_messages[state.key] = sid
+        if state.text is not None:
+            bucket = self._by_head.setdefault(state.text[:_HEAD_CHARS], [])
+            bucket.insert(0, sid)
+            del bucket[_HEAD_CANDIDATES:]
         while self._kept_tokens > self.max_tokens and len(self._sessions) > 1:
             dropped_sid, dropped = self._sessions.popitem(last=False)
             self._forget(dropped_sid, dropped)
@@ -352,6 +412,13 @@ class PromptHasher:
         self._kept_tokens -= len(state.ids)
         if state.key is not None and self._by_messages.get(state.key) == sid:
             del self._by_messages[state.key]
+        if state.text is not None:
+            head = state.text[:_HEAD_CHARS]
+            bucket = self._by_head.get(head)
+            if bucket is not None and sid in bucket:
+                bucket.remove(sid)
+                if not bucket:
+                    del self._by_head[head]
 
     def __len__(self) -> int:
         return len(self._sessions)

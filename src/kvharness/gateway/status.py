@@ -61,7 +61,8 @@ def render_status(status: dict[str, Any]) -> Group:
     total = h.get("tokens_total") or 0
     reused = h.get("tokens_reused") or 0
     hashing = Text(
-        f"prompts {h.get('prompts')}  incremental {h.get('incremental')}  sessions "
+        f"prompts {h.get('prompts')}  incremental {h.get('incremental')} "
+        f"(from another session {h.get('shared', 0)})  sessions "
         f"{h.get('sessions')}  tokens reused {reused}/{total}"
         + (f" ({100 * reused / total:.1f}%)" if total else "")
         + f"  mismatches {h.get('mismatches')}"
