@@ -8,7 +8,13 @@ import sys
 
 import pytest
 
-from kvharness.testing.procs import cpu_seconds, session_sched_seconds, stop_process, wait_up
+from kvharness.testing.procs import (
+    cpu_seconds,
+    poll,
+    session_sched_seconds,
+    stop_process,
+    wait_up,
+)
 from kvharness.testing.vllm import free_port
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
@@ -56,3 +62,9 @@ def test_wait_up_fails_naming_the_url_when_the_process_exits() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     with pytest.raises(RuntimeError, match=rf"{url} did not come up \(exit 3\)"):
         wait_up(url, proc, timeout=30, every=0.05)
+
+
+def test_poll_of_a_server_not_started_here_gives_up_after_its_timeout() -> None:
+    url = f"http://127.0.0.1:{free_port()}/health"
+    with pytest.raises(RuntimeError, match=r"nobody there \(not after 0 s\)"):
+        poll("nobody there", url, None, timeout=0.2, every=0.05, request_timeout=0.5)

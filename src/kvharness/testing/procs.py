@@ -26,22 +26,25 @@ __all__ = [
 def poll(
     what: str,
     request: str | urllib.request.Request,
-    proc: subprocess.Popen[bytes],
+    proc: subprocess.Popen[bytes] | None,
     *,
     timeout: float,
     every: float,
     request_timeout: float,
 ) -> None:
-    """Repeat ``request`` until it succeeds; RuntimeError naming ``what`` when ``proc`` exits
-    or ``timeout`` seconds pass first."""
+    """Repeat ``request`` until it succeeds; RuntimeError naming ``what`` when ``proc`` (None:
+    a server not started here) exits or ``timeout`` seconds pass first."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             urllib.request.urlopen(request, timeout=request_timeout).read()
             return
         except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{what} (exit {proc.poll()})") from None
+            code = proc.poll() if proc is not None else None
+            if code is not None:
+                raise RuntimeError(f"{what} (exit {code})") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} (not after {timeout:.0f} s)") from None
             time.sleep(every)
 
 

@@ -21,12 +21,13 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kvharness.testing.procs import poll
 
 __all__ = [
     "ReplicaConfig",
@@ -225,24 +226,11 @@ def _get(url: str, timeout: float = 5.0) -> bytes:
 
 def wait_ready(replica: VllmReplica, timeout: float = 300.0) -> None:
     """Poll ``/health`` until it answers 200, then send the warm-up request."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if not replica.alive:
-            raise RuntimeError(
-                f"vLLM at {replica.url} exited during start-up; log {replica.log_path}:\n"
-                + replica.log_tail()
-            )
-        try:
-            _get(replica.url + "/health", timeout=2.0)
-            break
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"vLLM at {replica.url} not healthy after {timeout:.0f} s; log "
-                f"{replica.log_path}:\n{replica.log_tail()}"
-            )
-        time.sleep(0.5)
+    try:
+        poll(f"vLLM at {replica.url} not healthy", replica.url + "/health", replica.process,
+             timeout=timeout, every=0.5, request_timeout=2.0)  # fmt: skip
+    except RuntimeError as err:
+        raise RuntimeError(f"{err}; log {replica.log_path}:\n{replica.log_tail()}") from None
     warm_up(replica)
 
 
