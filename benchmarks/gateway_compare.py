@@ -37,6 +37,8 @@ Routers and how each is configured (at its best as far as its options go):
 * ``kvharness:KEY=VALUE,...``: the same with these agent_aware options (ablations).
 * ``gateway:POLICY``: ``kvharness gateway --policy POLICY`` without KV events (e.g.
   ``gateway:session``, to tell the gateway's own cost from its policy's).
+* a kvharness gateway's name followed by ``+FLAG`` (repeatable) gives it ``--FLAG``, e.g.
+  ``kvharness+forward-token-ids``: text prompts reach vLLM as the gateway's token ids.
 
 Peers come from PyPI (``pip install sglang-router vllm-router`` into ``--routers-venv``).
 
@@ -139,6 +141,7 @@ def reset_caches(reps: list[VllmReplica]) -> None:
 
 def is_gateway(name: str) -> bool:
     """Whether router ``name`` is a kvharness gateway (its metrics are kept)."""
+    name = name.partition("+")[0]
     return name in ("kvharness", "round_robin") or name.startswith(("kvharness:", "gateway:"))
 
 
@@ -148,8 +151,10 @@ def router_command(
     """(command, health path) of a router listening on ``port`` in front of ``reps``."""
     urls = [r.url for r in reps]
     if is_gateway(name):
+        name, *flags = name.split("+")
         cmd = [sys.executable, "-m", "kvharness", "gateway", "--port", str(port),
                "--tokenizer", str(model), "--max-queue", "1000"]  # fmt: skip
+        cmd += [f"--{flag}" for flag in flags]
         for r in reps:
             cmd += ["--backend", r.url]
         if name == "kvharness" or name.startswith("kvharness:"):

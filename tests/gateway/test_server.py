@@ -316,3 +316,42 @@ async def test_streams_relay_to_http10_and_http11_clients_byte_for_byte(
         chunks = [json.loads(e[6:]) for e in events[:-2]]
         assert "".join(c["choices"][0]["delta"]["content"] for c in chunks[:-1]) == " tok" * 12
         assert chunks[-1]["usage"]["completion_tokens"] == 12
+
+
+async def test_text_completions_can_be_forwarded_as_token_ids(
+    fake_backends: Any, gateways: Any, tiny_model_dir: Any
+) -> None:
+    """With forward_token_ids the replica gets the prompt as the gateway's token ids (the fake
+    counts ids one per token, text at four characters per token): BOS included unless the
+    request turns special tokens off; echo, which repeats the prompt's text, and chat requests
+    are sent as they came."""
+    from kvharness.gateway.tokenizer import load_engine_tokenizer
+
+    tok = load_engine_tokenizer(tiny_model_dir)
+    (b,) = fake_backends(1)
+    gw = await gateways(backends=(b.url,), tokenizer=str(tiny_model_dir), forward_token_ids=True)
+    text = "def main():\n    print('hello world')  # " + "words " * 50
+    ids = tok.encode_ids(text, add_special_tokens=True)
+    async with client(gw) as c:
+        got = await c.completions.create(model="fake-model", prompt=text, max_tokens=2)
+        assert got.usage is not None and got.usage.prompt_tokens == len(ids)
+        stream = await c.completions.create(
+            model="fake-model", prompt=[text], max_tokens=2, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        usage = [x.usage for x in [x async for x in stream] if x.usage]
+        assert usage and usage[-1].prompt_tokens == len(ids)
+        plain = await c.completions.create(
+            model="fake-model", prompt=text, max_tokens=2, extra_body={"add_special_tokens": False}
+        )
+        assert plain.usage is not None and plain.usage.prompt_tokens == len(ids) - 1
+        echo = await c.completions.create(model="fake-model", prompt=text, max_tokens=2, echo=True)
+        assert echo.usage is not None and echo.usage.prompt_tokens == len(json.dumps(text)) // 4
+        chat = await c.chat.completions.create(model="fake-model", messages=MSGS, max_tokens=2)
+        assert chat.usage is not None and chat.usage.prompt_tokens == len(json.dumps(MSGS)) // 4
+    status, body, _ = await post(
+        gw, "/v1/completions", json.dumps({"prompt": "x", "add_special_tokens": 1}).encode()
+    )
+    assert status == 400 and "add_special_tokens" in body["error"]["message"]
+    with pytest.raises(ValueError, match="tokenizer"):
+        await gateways(backends=(b.url,), forward_token_ids=True)

@@ -108,6 +108,36 @@ async def test_openai_client_against_vllm_and_hashes_match_the_engine(
     assert gw.subscribers[0] is not None and gw.subscribers[0].stats.untranslated_blocks == 0
 
 
+async def test_token_ids_forwarded_give_the_engine_the_same_prompt(
+    vllm_replicas: Sequence[VllmReplica], gateways: Any, tiny_model_dir: Path
+) -> None:
+    """A text completion sent on as the gateway's token ids: vLLM counts the same prompt tokens
+    and, decoding greedily, answers with the same text as when it tokenises the text itself."""
+    (rep,) = vllm_replicas
+    gw = await gateways(backends=(rep.url,), tokenizer=str(tiny_model_dir), forward_token_ids=True)
+    direct = openai.AsyncOpenAI(
+        base_url=f"{rep.url}/v1", api_key="none", max_retries=0, timeout=300
+    )
+    prompts = [
+        "def main():\n    print('hello')\n",
+        "  leading spaces, tabs\tand ünïcödé — " + " ".join(f"x{i} = {i}" for i in range(300)),
+        "<|begin_of_text|>text that names a special token",
+    ]
+    async with client(gw) as c, direct:
+        for prompt in prompts:
+            for special in (True, False):
+                kw: Any = {
+                    "model": rep.model, "prompt": prompt, "max_tokens": 8, "temperature": 0.0,
+                    "extra_body": {"add_special_tokens": special, "ignore_eos": True},
+                }  # fmt: skip
+                via = await c.completions.create(**kw)
+                ref = await direct.completions.create(**kw)
+                assert via.usage is not None and ref.usage is not None
+                assert via.usage.prompt_tokens == ref.usage.prompt_tokens, (prompt, special)
+                assert via.choices[0].text == ref.choices[0].text, (prompt, special)
+    assert gw.hasher.stats.prompts == 2 * len(prompts)
+
+
 async def test_killed_replica_loses_no_unstarted_request(
     vllm_factory: Callable[..., VllmReplica], gateways: Any, tiny_model_dir: Path
 ) -> None:

@@ -130,6 +130,13 @@ def register(subparsers: Any) -> None:
         default=0,
         help="check every n-th incremental tokenisation against a full one (0: never)",
     )
+    a(
+        "--forward-token-ids",
+        action="store_true",
+        help="send text completion prompts to the replicas as the token ids the gateway "
+        "computed (only when --tokenizer is the engines' own): the engines skip tokenising "
+        "them again",
+    )
     a("--log-level", default="WARNING", help="logging level (DEBUG, INFO, WARNING...)")  # fmt: skip
 
 
@@ -177,6 +184,7 @@ def build_config(args: argparse.Namespace) -> Any:
             session_headers=tuple(h.lower() for h in args.session_header) or ("x-session-id",),
             scrape_interval_s=args.scrape_interval,
             verify_hashing_every=args.verify_hashing_every,
+            forward_token_ids=args.forward_token_ids,
         )
     except ValueError as err:
         raise UserError(str(err)) from None

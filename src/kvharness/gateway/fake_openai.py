@@ -66,7 +66,10 @@ def make_app(
             return web.json_response(err, status=code)
         n = min(int(body.get("max_tokens") or body.get("max_completion_tokens") or 8), 4096)
         prompt = body.get("messages") if chat else body.get("prompt")
-        prompt_tokens = len(json.dumps(prompt)) // 4
+        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            prompt_tokens = len(prompt)  # token ids, counted as an engine counts them
+        else:
+            prompt_tokens = len(json.dumps(prompt)) // 4
         rid = f"fake-{next(ids)}"
         created = int(time.time())
         obj = "chat.completion" if chat else "text_completion"

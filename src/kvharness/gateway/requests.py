@@ -1,9 +1,10 @@
 """Parsing and validating OpenAI requests at the gateway's edge (no I/O).
 
 Only what routing needs is read and checked (the body is forwarded to the replica unchanged, and the
-engine validates the rest): the prompt (chat ``messages`` or a completions ``prompt``), ``stream``,
-the output budget and ``model``. Anything malformed raises :class:`BadRequest` with a reason the
-client sees in a 400.
+engine validates the rest): the prompt (chat ``messages`` or a completions ``prompt`` and its
+``add_special_tokens``), ``stream``, the output budget and ``model``. Anything malformed raises
+:class:`BadRequest` with a reason the client sees in a 400. :func:`with_token_ids` rewrites a text
+completion to the token ids the engine would tokenise it to.
 """
 
 from __future__ import annotations
@@ -14,9 +15,17 @@ from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["BadRequest", "ParsedRequest", "approx_text", "first_session_header", "parse_request"]
+__all__ = [
+    "BadRequest",
+    "ParsedRequest",
+    "approx_text",
+    "first_session_header",
+    "parse_request",
+    "with_token_ids",
+]
 
 _decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
 
 Kind = Literal["chat", "completion"]
 
@@ -48,6 +57,10 @@ class ParsedRequest:
     tools: list[Any] | None = None
     add_generation_prompt: bool = True
     template_kwargs: dict[str, Any] | None = None
+    add_special_tokens: bool = True
+    """Whether the engine adds the tokenizer's special tokens (BOS) to a text completion prompt."""
+    fields: dict[str, Any] | None = None
+    """The decoded body of a completion request (for :func:`with_token_ids`)."""
 
 
 def _int_field(body: Mapping[str, Any], name: str, low: int = 0) -> int | None:
@@ -154,6 +167,9 @@ def parse_request(body: bytes, kind: Kind) -> ParsedRequest:
             template_kwargs=kwargs,
         )
     text, ids = _prompt(data.get("prompt"))
+    special = data.get("add_special_tokens", True)
+    if not isinstance(special, bool):
+        raise BadRequest("'add_special_tokens' must be a boolean", "add_special_tokens")
     return ParsedRequest(
         "completion",
         stream,
@@ -161,7 +177,19 @@ def parse_request(body: bytes, kind: Kind) -> ParsedRequest:
         budget if budget is not None else 16,
         prompt_text=text,
         prompt_ids=ids,
+        add_special_tokens=special,
+        fields=data,
     )
+
+
+def with_token_ids(parsed: ParsedRequest, ids: Sequence[int]) -> bytes | None:
+    """The body of text completion ``parsed`` with its prompt replaced by ``ids``, the tokens the
+    engine would tokenise it to, so the engine does not tokenise it again; None when the answer
+    could differ: a prompt that is not text, or ``echo``, which repeats the prompt's text."""
+    f = parsed.fields
+    if parsed.prompt_text is None or f is None or f.get("echo") not in (None, False):
+        return None
+    return _encoder.encode({**f, "prompt": list(ids)})
 
 
 def approx_text(parsed: ParsedRequest) -> str:

@@ -37,6 +37,7 @@ from kvharness.gateway.requests import (
     approx_text,
     first_session_header,
     parse_request,
+    with_token_ids,
 )
 from kvharness.gateway.router import Flight, NoReplica, Overloaded, Router
 from kvharness.gateway.sessions import HashedPrompt, PromptHasher
@@ -350,7 +351,9 @@ class Gateway:
                 extra=parsed.template_kwargs,
             )
         assert parsed.prompt_text is not None
-        return h.completion_text(parsed.prompt_text, sid)
+        return h.completion_text(
+            parsed.prompt_text, sid, add_special_tokens=parsed.add_special_tokens
+        )
 
     async def _hash(self, parsed: ParsedRequest, sid: str | None, size: int) -> HashedPrompt:
         async with self._hash_lock:
@@ -383,6 +386,8 @@ class Gateway:
             return _error(
                 400, f"cannot render or tokenise the prompt: {err}", "invalid_request_error"
             )
+        if self.config.forward_token_ids and hashed.token_ids:
+            body = with_token_ids(parsed, hashed.token_ids) or body
         route_req = RouteRequest(
             request_id=f"gw-{next(self._ids)}",
             session_id=sid if sid is not None else hashed.session,

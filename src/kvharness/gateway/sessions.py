@@ -187,13 +187,17 @@ class PromptHasher:
         self._keep(sid, state)
         return result._replace(session=sid)
 
-    def completion_text(self, text: str, session_id: str | None) -> HashedPrompt:
-        """Hash a text completion prompt (tokenised with the tokenizer's special tokens).
-        Without ``session_id``, the prompt continues the session named here whose last prompt
-        its text extends, else starts one."""
+    def completion_text(
+        self, text: str, session_id: str | None, *, add_special_tokens: bool = True
+    ) -> HashedPrompt:
+        """Hash a text completion prompt (tokenised with the tokenizer's special tokens unless
+        told otherwise, as the engine does). Without ``session_id``, the prompt continues the
+        session named here whose last prompt its text extends, else starts one."""
         self._need_tokenizer()
         state = self._sessions.get(session_id) if session_id is not None else None
-        result, new_state, extended = self._hash_text(text, state, add_special_tokens=True)
+        result, new_state, extended = self._hash_text(
+            text, state, add_special_tokens=add_special_tokens
+        )
         sid = session_id if session_id is not None else extended
         if sid is None:
             sid = self._new_session(new_state)
