@@ -171,12 +171,13 @@ def kv_schema() -> Any:
 class FakeBackend:
     """A FAKE OpenAI server process (kvharness.gateway.fake_openai): canned answers, no model."""
 
-    def __init__(self, block_size: int = 16, name: str = "") -> None:
+    def __init__(self, block_size: int = 16, name: str = "", tokenizer: str | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kvharness.gateway.fake_openai", "--port", str(self.port),
-             "--block-size", str(block_size), "--name", name],
+             "--block-size", str(block_size), "--name", name,
+             *(["--tokenizer", tokenizer] if tokenizer else [])],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -319,19 +320,21 @@ async def test_streams_relay_to_http10_and_http11_clients_byte_for_byte(
 
 
 async def test_text_completions_can_be_forwarded_as_token_ids(
-    fake_backends: Any, gateways: Any, tiny_model_dir: Any
+    fake_backends: Any, gateways: Any, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    """With forward_token_ids the replica gets the prompt as the gateway's token ids (the fake
+    """With forward_token_ids a replica gets the prompt as the gateway's token ids (the fake
     counts ids one per token, text at four characters per token): BOS included unless the
     request turns special tokens off; echo, which repeats the prompt's text, and chat requests
-    are sent as they came."""
+    are sent as they came. Only to a replica whose /tokenize gives the gateway's tokens."""
+    from kvharness.gateway.server import _PROBE
     from kvharness.gateway.tokenizer import load_engine_tokenizer
 
     tok = load_engine_tokenizer(tiny_model_dir)
-    (b,) = fake_backends(1)
+    (b,) = fake_backends(1, tokenizer=str(tiny_model_dir / "tokenizer.json"))
     gw = await gateways(backends=(b.url,), tokenizer=str(tiny_model_dir), forward_token_ids=True)
     text = "def main():\n    print('hello world')  # " + "words " * 50
     ids = tok.encode_ids(text, add_special_tokens=True)
+    as_text = len(json.dumps(text)) // 4
     async with client(gw) as c:
         got = await c.completions.create(model="fake-model", prompt=text, max_tokens=2)
         assert got.usage is not None and got.usage.prompt_tokens == len(ids)
@@ -346,7 +349,7 @@ async def test_text_completions_can_be_forwarded_as_token_ids(
         )
         assert plain.usage is not None and plain.usage.prompt_tokens == len(ids) - 1
         echo = await c.completions.create(model="fake-model", prompt=text, max_tokens=2, echo=True)
-        assert echo.usage is not None and echo.usage.prompt_tokens == len(json.dumps(text)) // 4
+        assert echo.usage is not None and echo.usage.prompt_tokens == as_text
         chat = await c.chat.completions.create(model="fake-model", messages=MSGS, max_tokens=2)
         assert chat.usage is not None and chat.usage.prompt_tokens == len(json.dumps(MSGS)) // 4
     status, body, _ = await post(
@@ -355,3 +358,23 @@ async def test_text_completions_can_be_forwarded_as_token_ids(
     assert status == 400 and "add_special_tokens" in body["error"]["message"]
     with pytest.raises(ValueError, match="tokenizer"):
         await gateways(backends=(b.url,), forward_token_ids=True)
+
+    # A replica that cannot say how it tokenises, and one whose tokenizer differs (two tokens of
+    # the probe swapped), get text.
+    spec = json.loads((tiny_model_dir / "tokenizer.json").read_text())
+    first, second = tok._tok.encode(_PROBE).tokens[:2]
+    vocab = spec["model"]["vocab"]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    unknown, other = (
+        fake_backends(1)[0],
+        fake_backends(1, tokenizer=str(tmp_path / "tokenizer.json"))[0],
+    )
+    for backend in (unknown, other):
+        gw2 = await gateways(
+            backends=(backend.url,), tokenizer=str(tiny_model_dir), forward_token_ids=True
+        )
+        async with client(gw2) as c:
+            got = await c.completions.create(model="fake-model", prompt=text, max_tokens=2)
+            assert got.usage is not None and got.usage.prompt_tokens == as_text
+        assert gw2._alike == [False]

@@ -3,8 +3,9 @@ overhead (an engine's time would drown it) and for fault tests that need a backe
 on cue. Not an engine: tests of real serving use vLLM.
 
 Answers ``/v1/chat/completions`` and ``/v1/completions`` (streaming or not) with ``max_tokens``
-(default 8, capped at 4096) tokens of the word "tok", ``/v1/models``, ``/health`` and a
-``/metrics`` that reports a vLLM-style ``vllm:cache_config_info``. Request headers steer faults:
+(default 8, capped at 4096) tokens of the word "tok", ``/v1/models``, ``/health``, a ``/metrics``
+that reports a vLLM-style ``vllm:cache_config_info``, and, given ``--tokenizer`` (a
+``tokenizer.json``), vLLM's ``/tokenize``. Request headers steer faults:
 
 * ``x-fake-cut-after: N``: send N stream chunks, then drop the connection (a mid-stream death).
 * ``x-fake-status: CODE``: answer CODE with an error body.
@@ -40,7 +41,11 @@ def _usage(prompt_tokens: int, completion: int) -> dict[str, object]:
 
 
 def make_app(
-    block_size: int = 16, num_blocks: int = 1000, name: str = "", token_ms: float = 0.0
+    block_size: int = 16,
+    num_blocks: int = 1000,
+    name: str = "",
+    token_ms: float = 0.0,
+    tokenizer: str | None = None,
 ) -> web.Application:
     ids = itertools.count()
     stats = {"requests": 0, "inflight": 0}
@@ -140,7 +145,19 @@ def make_app(
         )
         return web.Response(text=text)
 
+    async def tokenize(request: web.Request) -> web.Response:
+        body = await request.json()
+        assert tok is not None
+        enc = tok.encode(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))
+        return web.json_response({"count": len(enc.ids), "tokens": enc.ids})
+
     app = web.Application(client_max_size=256 * 1024 * 1024)
+    tok = None
+    if tokenizer is not None:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(tokenizer)
+        app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/v1/chat/completions", generate)
     app.router.add_post("/v1/completions", generate)
     app.router.add_get("/v1/models", models)
@@ -156,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-size", type=int, default=16, help="block size /metrics reports")
     parser.add_argument("--name", default="", help="name put in non-streamed answers")
     parser.add_argument("--token-ms", type=float, default=0.0, help="pause between streamed tokens")
+    parser.add_argument("--tokenizer", help="tokenizer.json that /tokenize answers with")
     args = parser.parse_args(argv)
     print(f"fake OpenAI server on {args.host}:{args.port}", file=sys.stderr, flush=True)
     try:
@@ -165,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         loop = asyncio.new_event_loop()
     web.run_app(
-        make_app(args.block_size, name=args.name, token_ms=args.token_ms),
+        make_app(args.block_size, name=args.name, token_ms=args.token_ms, tokenizer=args.tokenizer),
         loop=loop,
         host=args.host,
         port=args.port,

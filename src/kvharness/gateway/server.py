@@ -55,6 +55,11 @@ DEFAULT_BLOCK_SIZE = 16
 DEFAULT_CAPACITY_BLOCKS = 10_000
 _INLINE_HASH_BYTES = 256 * 1024
 """Bodies larger than this are hashed in a worker thread, not on the event loop."""
+_PROBE = (
+    "kvharness: def f(x):\n\treturn x ** 2  # ASCII, digits 0123456789, tabs and   spaces,\n"
+    "ünïcödé, 日本語, emoji \U0001f680, <|begin_of_text|> <s> </s> [INST] <|im_start|>\n\n"
+)
+"""Text whose tokens a replica must give as the gateway does before prompts go to it as ids."""
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _NOT_FORWARDED = frozenset(
     {
@@ -155,6 +160,9 @@ class Gateway:
         )
         self._fails = [0] * len(self.urls)
         self._forgotten = [False] * len(self.urls)
+        self._alike: list[bool | None] = [None] * len(self.urls)
+        """Whether replica i tokenises text as the gateway does (None: not found out yet)."""
+        self._probes: dict[int, asyncio.Task[bool | None]] = {}
         self._ids = itertools.count()
         self._hash_lock = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
@@ -319,9 +327,10 @@ class Gateway:
             if self.router.set_healthy(i, False):
                 log.warning("replica %s failed %d health checks: out", self.urls[i], self._fails[i])
             if not self._forgotten[i]:
-                # Confirmed down: it comes back with an empty cache.
+                # Confirmed down: it comes back with an empty cache, perhaps another engine.
                 self.router.forget(i)
                 self._forgotten[i] = True
+                self._alike[i] = None
 
     def _suspect(self, i: int, why: str) -> None:
         """A request could not reach replica ``i``: take it out until a health check passes (one
@@ -361,6 +370,50 @@ class Gateway:
                 return self._hash_sync(parsed, sid)
             return await asyncio.to_thread(self._hash_sync, parsed, sid)
 
+    async def _tokenizes_alike(self, i: int) -> bool:
+        """Whether replica ``i`` tokenises text as the gateway does, found out once per replica
+        (again after it was confirmed down) by asking its ``/tokenize`` (vLLM's) for
+        :data:`_PROBE`; an unreachable replica is asked again next time."""
+        known = self._alike[i]
+        if known is not None:
+            return known
+        task = self._probes.get(i)
+        if task is None:
+            task = self._probes[i] = asyncio.create_task(self._probe_tokenizer(i))
+            task.add_done_callback(lambda _: self._probes.pop(i, None))
+        found = await asyncio.shield(task)
+        if found is not None:
+            self._alike[i] = found
+        return bool(found)
+
+    async def _probe_tokenizer(self, i: int) -> bool | None:
+        assert self._upstream is not None and self.tokenizer is not None
+        url = self.urls[i]
+        body = msgspec.json.encode({"prompt": _PROBE, "add_special_tokens": True})
+        try:
+            resp = await self._upstream.post(
+                url, "/tokenize", body, [("Content-Type", "application/json")]
+            )
+            try:
+                data = await resp.read()
+            finally:
+                resp.release()
+        except (UpstreamError, StreamCut):
+            return None
+        tokens = None
+        if resp.status == 200:
+            with contextlib.suppress(msgspec.DecodeError, AttributeError):
+                tokens = msgspec.json.decode(data).get("tokens")
+        if tokens is None:
+            log.warning("replica %s does not tokenise on request (POST /tokenize: HTTP %d): "
+                        "its text prompts are sent as text", url, resp.status)  # fmt: skip
+            return False
+        if tokens != self.tokenizer.encode_ids(_PROBE, add_special_tokens=True):
+            log.warning("replica %s tokenises text unlike --tokenizer %s: its text prompts are "
+                        "sent as text", url, self.tokenizer.path)  # fmt: skip
+            return False
+        return True
+
     # --- handlers --------------------------------------------------------------------------
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -386,8 +439,9 @@ class Gateway:
             return _error(
                 400, f"cannot render or tokenise the prompt: {err}", "invalid_request_error"
             )
+        as_ids = None
         if self.config.forward_token_ids and hashed.token_ids:
-            body = with_token_ids(parsed, hashed.token_ids) or body
+            as_ids = with_token_ids(parsed, hashed.token_ids)
         route_req = RouteRequest(
             request_id=f"gw-{next(self._ids)}",
             session_id=sid if sid is not None else hashed.session,
@@ -427,7 +481,8 @@ class Gateway:
             flight = self.router.dispatched(route_req, outcome, time.monotonic())
             m.route_seconds.observe(time.perf_counter() - t0)
             try:
-                return await self._forward(request, i, path, body, headers, parsed, flight, kind)
+                sent = as_ids if as_ids is not None and await self._tokenizes_alike(i) else body
+                return await self._forward(request, i, path, sent, headers, parsed, flight, kind)
             except _UpstreamFailed as err:
                 last_error = str(err)
                 m.retries.labels("upstream_failed").inc()
