@@ -134,8 +134,8 @@ def register(subparsers: Any) -> None:
         "--forward-token-ids",
         action="store_true",
         help="send text completion prompts to the replicas as the token ids the gateway "
-        "computed (only when --tokenizer is the engines' own): the engines skip tokenising "
-        "them again",
+        "computed, so the engines skip tokenising them again (needs --tokenizer; a replica "
+        "gets ids only once its /tokenize agrees with the gateway's tokenizer)",
     )
     a("--log-level", default="WARNING", help="logging level (DEBUG, INFO, WARNING...)")  # fmt: skip
 

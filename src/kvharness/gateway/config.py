@@ -58,7 +58,8 @@ class GatewayConfig:
     """Check every n-th incremental tokenisation against a full one (0: never)."""
     forward_token_ids: bool = False
     """Send a text completion's prompt to the replica as the token ids the gateway tokenised it
-    to (as the engine would, with the same tokenizer), sparing the engine tokenising it again."""
+    to, sparing the engine tokenising it again; only to replicas whose ``/tokenize`` gives the
+    gateway's tokens for a probe text (others get the text)."""
 
     def __post_init__(self) -> None:
         if not self.backends:
