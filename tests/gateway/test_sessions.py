@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kvharness.gateway.hashing import chain_hashes
@@ -323,6 +323,16 @@ def test_the_index_of_beginnings_forgets_dropped_sessions(tok: EngineTokenizer) 
     assert set(listed) <= kept and len(listed) == len(set(listed))
 
 
+def test_a_special_token_the_new_prompt_lacks_is_no_restart_point(tok: EngineTokenizer) -> None:
+    """The old prompt has a special token right where the new one goes its own way: the text
+    before it (a trailing space) tokenises differently without it, so it is not resumed from."""
+    h = PromptHasher(tok, 16)
+    h.completion_text("<|begin_of_text|>You are a coding agent. <|begin_of_text|>", "a")
+    text = "<|begin_of_text|>You are a coding agent. def f(x):\n    return x + 1\n"
+    got = h.completion_text(text, "a")
+    assert list(got.token_ids) == tok.encode_ids(text, add_special_tokens=True)
+
+
 _PIECES = [
     "You are a coding agent. ",
     "def f(x):\n    return x + 1\n",
@@ -347,6 +357,7 @@ _PIECES = [
         max_size=8,
     )
 )
+@example([("a", [2, 0, 2]), ("a", [2, 0, 1])])  # a special token where the prompts part
 def test_prompts_resumed_from_any_kept_prompt_equal_a_full_tokenisation(
     tok: EngineTokenizer, calls: list[tuple[str | None, list[int]]]
 ) -> None:

@@ -3,9 +3,10 @@
 An agent's next prompt is its last prompt plus a few appended messages. :class:`PromptHasher`
 keeps, per session, the last prompt's text, token ids and block hashes, and for a new prompt
 re-tokenises only from the last *added token* (a chat template's ``<|start_header|>``-like marker)
-at or before the first character that differs, then re-hashes only the blocks from there on.
-Added tokens are cut out of the text before pre-tokenisation, so tokenising from one of them gives
-exactly the tokens a full tokenisation would. Where there is none close enough (plain text prompts,
+at or before the first character that differs and present in the new prompt too, then re-hashes
+only the blocks from there on. Added tokens are cut out of the text before pre-tokenisation, so
+tokenising from one of them gives exactly the tokens a full tokenisation would (a token where the
+new prompt no longer has one is no boundary: the text before it may tokenise differently). Where there is none close enough (plain text prompts,
 or one long appended message), it resumes from an *anchor*, a word start recorded about every
 128 tokens, and keeps the result only if the first tokens after the anchor come out as they did
 in the last prompt (else it tokenises in full); ``verify_every`` checks samples against a full
@@ -293,7 +294,8 @@ class PromptHasher:
     ) -> tuple[HashedPrompt, _State]:
         """Tokenise and hash ``text``, resuming from ``base`` (a kept prompt tokenised with the
         same ``add_special_tokens``, sharing its first ``d`` characters; see :meth:`_base`) where
-        it can: from the last special token at or before the first differing character (exact),
+        it can: from the last special token at or before the first differing character that
+        ``text`` has there too (exact),
         or, when that is far back or there is none, from the last anchor well before it (checked:
         the resumed tokens must equal the old ones over the text both prompts share past the
         anchor, else the whole text is tokenised)."""
@@ -308,7 +310,8 @@ class PromptHasher:
         checked = False
         if base is not None:
             for i, c in reversed(base.specials):
-                if c <= d:
+                # Only where ``text`` has the same special token: it is the boundary.
+                if c <= d and tok.added_at(text, c, base.ids[i]):
                     restart = (i, c)
                     break
             for i, c in reversed(base.anchors):

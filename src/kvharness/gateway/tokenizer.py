@@ -118,7 +118,7 @@ class EngineTokenizer:
         self.template = template
         # Added tokens are cut out of the text before pre-tokenisation, so the text on either
         # side of one is tokenised independently: they are the safe restart points.
-        self._added = frozenset(self._tok.get_added_tokens_decoder())
+        self._added = {i: t.content for i, t in self._tok.get_added_tokens_decoder().items()}
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> Encoded:
         """Token ids, special tokens and anchors of ``text``. O(len(text)). Character offsets
@@ -134,7 +134,7 @@ class EngineTokenizer:
             return spans(i) or (0, 0)
 
         specials = []
-        if not added.isdisjoint(ids):
+        if not added.keys().isdisjoint(ids):
             for i, t in enumerate(ids):
                 if t in added:
                     start, end = chars(i)
@@ -155,6 +155,11 @@ class EngineTokenizer:
                 prev_end = end
             i += ANCHOR_EVERY
         return Encoded(ids, specials, anchors)
+
+    def added_at(self, text: str, pos: int, token_id: int) -> bool:
+        """Whether ``text`` holds added token ``token_id`` at character ``pos``."""
+        content = self._added.get(token_id)
+        return content is not None and text.startswith(content, pos)
 
     def encode_ids(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         ids: list[int] = self._tok.encode(text, add_special_tokens=add_special_tokens).ids
