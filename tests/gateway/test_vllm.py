@@ -136,6 +136,7 @@ async def test_token_ids_forwarded_give_the_engine_the_same_prompt(
                 assert via.usage.prompt_tokens == ref.usage.prompt_tokens, (prompt, special)
                 assert via.choices[0].text == ref.choices[0].text, (prompt, special)
     assert gw.hasher.stats.prompts == 2 * len(prompts)
+    assert gw._alike == [True]  # vLLM's /tokenize agreed: the ids went out
 
 
 async def test_killed_replica_loses_no_unstarted_request(

@@ -1,4 +1,5 @@
-"""Talking to the replicas besides proxying: health checks and reading vLLM's ``/metrics``."""
+"""Talking to the replicas besides proxying: health checks, reading vLLM's ``/metrics``, asking
+its ``/tokenize``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ __all__ = [
     "HealthChecker",
     "fetch_engine_info",
     "fetch_engine_load",
+    "fetch_tokens",
     "parse_cache_config",
     "parse_engine_load",
 ]
@@ -66,6 +68,27 @@ async def fetch_engine_info(
             return parse_cache_config(await resp.text())
     except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
         return EngineInfo(None, None)
+
+
+async def fetch_tokens(
+    session: aiohttp.ClientSession, url: str, text: str, timeout_s: float = 5.0
+) -> tuple[int, list[int] | None]:
+    """(HTTP status, token ids) of ``text`` with special tokens added, as the replica's
+    ``/tokenize`` (vLLM's) gives them; None for ids the answer does not hold. Raises
+    ``aiohttp.ClientError`` or ``TimeoutError`` when the replica cannot be reached."""
+    async with session.post(
+        url + "/tokenize",
+        json={"prompt": text, "add_special_tokens": True},
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+    ) as resp:
+        if resp.status != 200:
+            return resp.status, None
+        try:
+            tokens = (await resp.json(content_type=None)).get("tokens")
+        except (ValueError, AttributeError):
+            return resp.status, None
+        ok = isinstance(tokens, list) and all(isinstance(t, int) for t in tokens)
+        return resp.status, tokens if ok else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,12 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from kvharness.gateway.backends import HealthChecker, fetch_engine_info, fetch_engine_load
+from kvharness.gateway.backends import (
+    HealthChecker,
+    fetch_engine_info,
+    fetch_engine_load,
+    fetch_tokens,
+)
 from kvharness.gateway.config import GatewayConfig
 from kvharness.gateway.hashing import byte_chain_hashes
 from kvharness.gateway.kv_events import KVEventSubscriber
@@ -387,26 +392,15 @@ class Gateway:
         return bool(found)
 
     async def _probe_tokenizer(self, i: int) -> bool | None:
-        assert self._upstream is not None and self.tokenizer is not None
+        assert self._session is not None and self.tokenizer is not None
         url = self.urls[i]
-        body = msgspec.json.encode({"prompt": _PROBE, "add_special_tokens": True})
         try:
-            resp = await self._upstream.post(
-                url, "/tokenize", body, [("Content-Type", "application/json")]
-            )
-            try:
-                data = await resp.read()
-            finally:
-                resp.release()
-        except (UpstreamError, StreamCut):
+            status, tokens = await fetch_tokens(self._session, url, _PROBE)
+        except (TimeoutError, aiohttp.ClientError):
             return None
-        tokens = None
-        if resp.status == 200:
-            with contextlib.suppress(msgspec.DecodeError, AttributeError):
-                tokens = msgspec.json.decode(data).get("tokens")
         if tokens is None:
             log.warning("replica %s does not tokenise on request (POST /tokenize: HTTP %d): "
-                        "its text prompts are sent as text", url, resp.status)  # fmt: skip
+                        "its text prompts are sent as text", url, status)  # fmt: skip
             return False
         if tokens != self.tokenizer.encode_ids(_PROBE, add_special_tokens=True):
             log.warning("replica %s tokenises text unlike --tokenizer %s: its text prompts are "
