@@ -28,7 +28,8 @@ root or CAP_SYS_NICE.
 Routers and how each is configured (at its best as far as its options go):
 
 * ``kvharness``: ``kvharness gateway --policy agent_aware`` with the model's tokenizer and chat
-  template and every replica's KV events (block size read from the replicas).
+  template and every replica's KV events (block size read from the replicas); text completions
+  reach vLLM as the gateway's token ids (its default with a tokenizer).
 * ``sglang``: ``sglang-router launch --policy cache_aware`` (its approximate radix tree over the
   request text; default thresholds, which are its tuned ones); Prometheus on a free port.
 * ``vllm``: ``vllm-router --policy kv_aware`` with ``--kv-event-source`` per replica,
@@ -38,7 +39,7 @@ Routers and how each is configured (at its best as far as its options go):
 * ``gateway:POLICY``: ``kvharness gateway --policy POLICY`` without KV events (e.g.
   ``gateway:session``, to tell the gateway's own cost from its policy's).
 * a kvharness gateway's name followed by ``+FLAG`` (repeatable) gives it ``--FLAG``, e.g.
-  ``kvharness+forward-token-ids``: text prompts reach vLLM as the gateway's token ids.
+  ``kvharness+no-forward-token-ids``: text prompts reach vLLM as text.
 
 Peers come from PyPI (``pip install sglang-router vllm-router`` into ``--routers-venv``).
 

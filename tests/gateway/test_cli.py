@@ -78,6 +78,7 @@ def test_gateway_process_and_status_view(fake_backends: Any, tiny_model_dir: Pat
             ["gateway", "--backend", "http://x:1", "--tokenizer", "/nonexistent"],
             "no tokenizer.json",
         ),
+        (["gateway", "--backend", "http://x:1", "--forward-token-ids"], "needs the engines'"),
         (["gateway", "status", "--url", "http://127.0.0.1:9", "--once"], "cannot reach"),
     ],
 )

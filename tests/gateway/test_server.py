@@ -322,16 +322,17 @@ async def test_streams_relay_to_http10_and_http11_clients_byte_for_byte(
 async def test_text_completions_can_be_forwarded_as_token_ids(
     fake_backends: Any, gateways: Any, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    """With forward_token_ids a replica gets the prompt as the gateway's token ids (the fake
-    counts ids one per token, text at four characters per token): BOS included unless the
-    request turns special tokens off; echo, which repeats the prompt's text, and chat requests
-    are sent as they came. Only to a replica whose /tokenize gives the gateway's tokens."""
+    """By default a gateway with the engines' tokenizer sends a replica the prompt as its token
+    ids (the fake counts ids one per token, text at four characters per token): BOS included
+    unless the request turns special tokens off; echo, which repeats the prompt's text, and chat
+    requests are sent as they came. Only to a replica whose /tokenize gives the gateway's tokens,
+    asked when the gateway starts; not with forward_token_ids off."""
     from kvharness.gateway.server import _PROBE
     from kvharness.gateway.tokenizer import load_engine_tokenizer
 
     tok = load_engine_tokenizer(tiny_model_dir)
     (b,) = fake_backends(1, tokenizer=str(tiny_model_dir / "tokenizer.json"))
-    gw = await gateways(backends=(b.url,), tokenizer=str(tiny_model_dir), forward_token_ids=True)
+    gw = await gateways(backends=(b.url,), tokenizer=str(tiny_model_dir))
     text = "def main():\n    print('hello world')  # " + "words " * 50
     ids = tok.encode_ids(text, add_special_tokens=True)
     as_text = len(json.dumps(text)) // 4
@@ -356,8 +357,7 @@ async def test_text_completions_can_be_forwarded_as_token_ids(
         gw, "/v1/completions", json.dumps({"prompt": "x", "add_special_tokens": 1}).encode()
     )
     assert status == 400 and "add_special_tokens" in body["error"]["message"]
-    with pytest.raises(ValueError, match="tokenizer"):
-        await gateways(backends=(b.url,), forward_token_ids=True)
+    assert gw._alike == [True]
 
     # A replica that cannot say how it tokenises, and one whose tokenizer differs (two tokens of
     # the probe swapped), get text.
@@ -371,10 +371,17 @@ async def test_text_completions_can_be_forwarded_as_token_ids(
         fake_backends(1, tokenizer=str(tmp_path / "tokenizer.json"))[0],
     )
     for backend in (unknown, other):
-        gw2 = await gateways(
-            backends=(backend.url,), tokenizer=str(tiny_model_dir), forward_token_ids=True
-        )
+        gw2 = await gateways(backends=(backend.url,), tokenizer=str(tiny_model_dir))
+        for _ in range(500):
+            if gw2._alike[0] is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert gw2._alike == [False]  # found out before any request
         async with client(gw2) as c:
             got = await c.completions.create(model="fake-model", prompt=text, max_tokens=2)
             assert got.usage is not None and got.usage.prompt_tokens == as_text
-        assert gw2._alike == [False]
+    off = await gateways(backends=(b.url,), tokenizer=str(tiny_model_dir), forward_token_ids=False)
+    async with client(off) as c:
+        got = await c.completions.create(model="fake-model", prompt=text, max_tokens=2)
+        assert got.usage is not None and got.usage.prompt_tokens == as_text
+    assert off._alike == [None]

@@ -114,7 +114,7 @@ async def test_token_ids_forwarded_give_the_engine_the_same_prompt(
     """A text completion sent on as the gateway's token ids: vLLM counts the same prompt tokens
     and, decoding greedily, answers with the same text as when it tokenises the text itself."""
     (rep,) = vllm_replicas
-    gw = await gateways(backends=(rep.url,), tokenizer=str(tiny_model_dir), forward_token_ids=True)
+    gw = await gateways(backends=(rep.url,), tokenizer=str(tiny_model_dir))
     direct = openai.AsyncOpenAI(
         base_url=f"{rep.url}/v1", api_key="none", max_retries=0, timeout=300
     )

@@ -132,10 +132,12 @@ def register(subparsers: Any) -> None:
     )
     a(
         "--forward-token-ids",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="send text completion prompts to the replicas as the token ids the gateway "
-        "computed, so the engines skip tokenising them again (needs --tokenizer; a replica "
-        "gets ids only once its /tokenize agrees with the gateway's tokenizer)",
+        "computed, so the engines skip tokenising them again (default: on with --tokenizer; a "
+        "replica gets ids only once its /tokenize agrees with the gateway's tokenizer, the "
+        "others get text)",
     )
     a("--log-level", default="WARNING", help="logging level (DEBUG, INFO, WARNING...)")  # fmt: skip
 
@@ -155,6 +157,8 @@ def build_config(args: argparse.Namespace) -> Any:
 
     if not args.backend:
         raise UserError("give at least one --backend URL")
+    if args.forward_token_ids and args.tokenizer is None:
+        raise UserError("--forward-token-ids needs the engines' tokenizer: add --tokenizer DIR")
     try:
         events = parse_event_specs(args.kv_events, "--kv-events")
         replays = parse_event_specs(args.kv_replay, "--kv-replay")
@@ -184,7 +188,7 @@ def build_config(args: argparse.Namespace) -> Any:
             session_headers=tuple(h.lower() for h in args.session_header) or ("x-session-id",),
             scrape_interval_s=args.scrape_interval,
             verify_hashing_every=args.verify_hashing_every,
-            forward_token_ids=args.forward_token_ids,
+            forward_token_ids=args.forward_token_ids is not False,
         )
     except ValueError as err:
         raise UserError(str(err)) from None

@@ -56,18 +56,17 @@ class GatewayConfig:
     load is then the gateway's own count of requests in flight."""
     verify_hashing_every: int = 0
     """Check every n-th incremental tokenisation against a full one (0: never)."""
-    forward_token_ids: bool = False
+    forward_token_ids: bool = True
     """Send a text completion's prompt to the replica as the token ids the gateway tokenised it
-    to, sparing the engine tokenising it again; only to replicas whose ``/tokenize`` gives the
-    gateway's tokens for a probe text (others get the text)."""
+    to, sparing the engine tokenising it again; only with ``tokenizer`` (without it the gateway
+    has no ids), and only to replicas whose ``/tokenize`` gives the gateway's tokens for a probe
+    text (others get the text)."""
 
     def __post_init__(self) -> None:
         if not self.backends:
             raise ValueError("at least one backend is needed")
         if self.max_queue < 1 or self.max_attempts < 1 or self.unhealthy_after < 1:
             raise ValueError("max_queue, max_attempts and unhealthy_after must be >= 1")
-        if self.forward_token_ids and self.tokenizer is None:
-            raise ValueError("forwarding token ids needs the engines' tokenizer (--tokenizer)")
         if self.block_size is not None and self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
         unknown = set(self.kv_events) - set(self.backends)

@@ -212,6 +212,9 @@ class Gateway:
             read_timeout_s=self.config.read_timeout_s,
         )
         await self._discover()
+        if self.config.forward_token_ids and self.tokenizer is not None:
+            for i in range(len(self.urls)):
+                self._start_probe(i)  # so a replica that differs is reported at once
         for i, sub in enumerate(self.subscribers):
             if sub is not None:
                 self.start_events(i)
@@ -230,9 +233,10 @@ class Gateway:
         finally:
             for i in list(self._event_tasks):
                 await self.stop_events(i)
-            for task in self._tasks:
+            tasks: list[asyncio.Task[Any]] = [*self._tasks, *self._probes.values()]
+            for task in tasks:
                 task.cancel()
-            for task in self._tasks:
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             self._tasks.clear()
@@ -382,14 +386,23 @@ class Gateway:
         known = self._alike[i]
         if known is not None:
             return known
+        found = await asyncio.shield(self._start_probe(i))
+        return bool(found)
+
+    def _start_probe(self, i: int) -> asyncio.Task[bool | None]:
+        """The probe of replica ``i``'s tokenizer under way, started if none is; its answer
+        (None when the replica could not be asked) is kept in ``_alike``."""
         task = self._probes.get(i)
         if task is None:
             task = self._probes[i] = asyncio.create_task(self._probe_tokenizer(i))
-            task.add_done_callback(lambda _: self._probes.pop(i, None))
-        found = await asyncio.shield(task)
-        if found is not None:
-            self._alike[i] = found
-        return bool(found)
+
+            def done(t: asyncio.Task[bool | None]) -> None:
+                self._probes.pop(i, None)
+                if not t.cancelled() and t.exception() is None and t.result() is not None:
+                    self._alike[i] = t.result()
+
+            task.add_done_callback(done)
+        return task
 
     async def _probe_tokenizer(self, i: int) -> bool | None:
         assert self._session is not None and self.tokenizer is not None
