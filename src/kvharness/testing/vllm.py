@@ -5,7 +5,9 @@ interpreter (``.venv-vllm``, made by ``make vllm``; ``KVHARNESS_VLLM_PYTHON`` ov
 own process group so that stopping it also stops its engine process. Flags (see "Real parts" in
 DESIGN.md): prefix caching, block size 128, ``--enforce-eager``, ``--enable-prompt-tokens-details``,
 KV events over ZMQ on a per-replica port, ``PYTHONHASHSEED`` fixed, a small KV cache
-(``VLLM_CPU_KVCACHE_SPACE`` GiB) and optionally ``--num-gpu-blocks-override``. Every replica gets a
+(``VLLM_CPU_KVCACHE_SPACE`` GiB) and optionally ``--num-gpu-blocks-override``. Each replica has a
+temporary directory of its own (``TMPDIR``: vLLM's IPC sockets and scratch folders), removed when
+it is stopped or killed, so that replicas killed mid-run leave nothing behind. Every replica gets a
 warm-up request of 32 prompt tokens before use: a fresh CPU worker dies (SIGILL) when its first
 request is only a few tokens long.
 
@@ -18,12 +20,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,6 +101,8 @@ class VllmReplica:
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     port: int = 0
+    tmp_dir: Path | None = None
+    """The replica's own ``TMPDIR``, removed with it (None for an external server)."""
 
     @property
     def alive(self) -> bool:
@@ -112,6 +118,7 @@ class VllmReplica:
         self._signal(signal.SIGKILL)
         if self.process is not None:
             self.process.wait()
+        self._remove_tmp()
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` seconds; no-op for external or dead servers."""
@@ -125,6 +132,11 @@ class VllmReplica:
             self.process.wait()
         # Engine children may outlive the server by a moment; the group is ours alone.
         self._signal(signal.SIGKILL)
+        self._remove_tmp()
+
+    def _remove_tmp(self) -> None:
+        if self.tmp_dir is not None:
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
     def _signal(self, sig: int) -> None:
         if self.process is None:
@@ -178,8 +190,10 @@ def start_replica(
     log_dir = Path(log_dir or _REPO / ".cache" / "vllm-logs")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"replica-{port}.log"
+    tmp_dir = Path(tempfile.mkdtemp(prefix="kvharness-vllm-"))
     env = dict(os.environ)
     env.update(
+        TMPDIR=str(tmp_dir),
         PYTHONHASHSEED=cfg.hash_seed,
         VLLM_CPU_KVCACHE_SPACE=str(cfg.kv_cache_gib),
         VLLM_SERVER_DEV_MODE="1",  # enables POST /reset_prefix_cache
@@ -191,7 +205,7 @@ def start_replica(
     if cpu is not None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = str(cpu)
     env.update(cfg.extra_env)
-    with log_path.open("ab") as log:
+    with log_path.open("ab") as log, _removed_on_error(tmp_dir):
         proc = subprocess.Popen(
             _command(cfg, port, kv_port),
             stdout=log,
@@ -208,6 +222,7 @@ def start_replica(
         process=proc,
         log_path=log_path,
         port=port,
+        tmp_dir=tmp_dir,
     )
     if wait:
         try:
@@ -216,6 +231,15 @@ def start_replica(
             replica.stop()
             raise
     return replica
+
+
+@contextlib.contextmanager
+def _removed_on_error(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _get(url: str, timeout: float = 5.0) -> bytes:
