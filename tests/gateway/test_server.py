@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -234,8 +235,9 @@ async def test_killed_replica_loses_no_unstarted_requests(
 
 
 async def test_sessions_stick_and_index_learns_from_decisions(
-    fake_backends: Any, gateways: Any
+    fake_backends: Any, gateways: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="kvharness.gateway.server")
     backends = fake_backends(3)
     gw = await gateways(backends=tuple(x.url for x in backends), policy="agent_aware")
     served: dict[str, set[str]] = {}
@@ -249,6 +251,12 @@ async def test_sessions_stick_and_index_learns_from_decisions(
                 )
                 served.setdefault(f"s{s}", set()).add(raw.headers["x-kvharness-replica"])
     assert all(len(v) == 1 for v in served.values())  # affinity
+    # At DEBUG, each decision is logged: session, replica, reason.
+    routes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("route ")]
+    assert len(routes) == 24
+    (s0,) = served["s0"]
+    assert "route session=s0 tokens=" in routes[0] and f"-> {s0} (place, 0 blocks" in routes[0]
+    assert sum(f"-> {s0} (affinity" in line for line in routes if "session=s0 " in line) == 3
     # No tokenizer: prompts are hashed approximately and the index is fed by the decisions, so
     # later turns find their prefix where the session ran.
     assert sum(gw.index.cached_blocks(i) for i in range(3)) > 0

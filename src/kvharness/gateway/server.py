@@ -475,6 +475,15 @@ class Gateway:
             i = outcome.replica
             tried.add(i)
             m.count_decision(outcome.reason)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "route session=%s tokens=%d -> %s (%s, %d blocks cached there)",
+                    route_req.session_id,
+                    route_req.prompt_tokens,
+                    self.urls[i],
+                    outcome.reason,
+                    outcome.matched_blocks,
+                )
             if hashed.num_tokens:
                 bs = self.states[i].block_size
                 m.matched_ratio.observe(min(1.0, outcome.matched_blocks * bs / hashed.num_tokens))
