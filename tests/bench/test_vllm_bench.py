@@ -94,15 +94,15 @@ def test_killed_server_leaves_records_and_resume_completes(
     save(w, path)
     run = tmp_path / "run"
     records = run / "records.jsonl"
-    assert rep.tmp_dir is not None
+    tmp_dir = rep.tmp_dir
+    assert tmp_dir is not None
     sockets_before_kill: list[Path] = []
 
     def killer() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if records.exists() and len(records.read_bytes().splitlines()) >= 5:
-                assert rep.tmp_dir is not None
-                sockets_before_kill.extend(p for p in rep.tmp_dir.iterdir() if p.is_socket())
+                sockets_before_kill.extend(p for p in tmp_dir.iterdir() if p.is_socket())
                 rep.kill()
                 return
             time.sleep(0.02)
@@ -115,7 +115,7 @@ def test_killed_server_leaves_records_and_resume_completes(
     err = capsys.readouterr().err.strip()
     assert not rep.alive
     # The killed replica's IPC sockets were in its own TMPDIR, and went with it.
-    assert sockets_before_kill and not rep.tmp_dir.exists()
+    assert sockets_before_kill and not tmp_dir.exists()
     assert code == 2 and len(err.splitlines()) == 1 and "turns failed" in err
     first = read_records(records)
     ok_before = {(r.session, r.turn) for r in first if r.ok}
