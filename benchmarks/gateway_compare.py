@@ -12,9 +12,10 @@ in a shared machine's load hits each alike.
 
 Printed: one row per router over the sessions that every run completed, pooled over rounds: the
 cached-token ratio vLLM reported (``usage.prompt_tokens_details``), the workload's ideal, the mean
-and p90 session makespan, the mean against the best peer's (sglang or vllm), each round's mean,
-the router's CPU seconds per run (its processes'; on this machine the router's CPU is taken from
-the replicas' cores), and how the prompt tokens were spread over the replicas. Then, per round,
+and p90 session makespan, the mean against the best peer's (sglang or vllm), each round's mean
+and its ratio to that peer's mean in the same round (the two runs adjacent in time), the router's
+CPU seconds per run (its processes'; on this machine the router's CPU is taken from the replicas'
+cores), and how the prompt tokens were spread over the replicas. Then, per round,
 where the turns' time to first token went: the engines' own share (vLLM's histograms), the rest
 (router, loopback, vLLM's HTTP handling), for a kvharness gateway its routing time and the
 replicas' first bytes as it saw them, and how long the router's processes waited for a CPU.
@@ -273,7 +274,9 @@ def main() -> None:
                     help="rounds over the routers, in alternating order (forward, reversed, ...), "
                          "so that drift in the machine's load hits every router alike")  # fmt: skip
     ap.add_argument("--workload", default=str(TRACES), help="kvharness bench --workload SPEC")
-    ap.add_argument("--concurrency", type=int, default=8, help="sessions in flight")
+    ap.add_argument("--concurrency", type=int, default=8,
+                    help="sessions in flight, each a closed loop; the first N start at once (the "
+                         "workload's own arrival rate is not used)")  # fmt: skip
     ap.add_argument("--max-sessions", type=int, help="run only the first N sessions")
     ap.add_argument("--time-scale", type=float, default=1.0, help="scale of tool gaps")
     ap.add_argument("--prompt-format", choices=("tokens", "text"), default="text",
@@ -340,9 +343,11 @@ def main() -> None:
           f"{args.repeats} round(s); {len(common)} sessions completed by every run")  # fmt: skip
     print(f"{'router':<12} {'turns ok':>8} {'errors':>6} {'cached':>8} {'ideal':>8} "
           f"{'vs ideal':>8} {'makespan mean':>14} {'p90':>8} {'vs best peer':>13} "
-          f"{'mean per round':>20} {'router CPU':>10}  prompt tokens per replica %")  # fmt: skip
-    peers = [s.makespan.mean for n, s, *_ in rows if n in ("sglang", "vllm") and s.makespan.mean]
-    best_peer = min(peers) if peers else None
+          f"{'mean per round':>20} {'vs peer per round':>24} {'router CPU':>10}  "
+          f"prompt tokens per replica %")  # fmt: skip
+    peers = [(s.makespan.mean, means) for n, s, _, _, means, _ in rows
+             if n in ("sglang", "vllm") and s.makespan.mean]  # fmt: skip
+    best_peer, peer_rounds = min(peers, key=lambda p: p[0]) if peers else (None, [])
 
     def pc(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
@@ -355,9 +360,15 @@ def main() -> None:
         m = s.makespan.mean
         vs_peer = "-" if best_peer is None or m is None else f"{m / best_peer:.3f}x"
         per_round = "/".join("-" if x is None else f"{x:.1f}" for x in means)
+        # Each round against the best peer's run in the same round (adjacent in time).
+        vs_round = "/".join(
+            "-" if x is None or not y else f"{x / y:.2f}"
+            for x, y in zip(means, peer_rounds or [None] * len(means), strict=True)
+        )
         print(f"{name:<12} {s.turns_ok:>8} {errors:>6} {pc(c.achieved_ratio):>8} "
               f"{pc(c.ideal_ratio):>8} {pc(c.achieved_vs_ideal):>8} {sec(m):>14} "
-              f"{sec(s.makespan.p90):>8} {vs_peer:>13} {per_round:>20} {cpu:>9.1f}s  {split}")  # fmt: skip
+              f"{sec(s.makespan.p90):>8} {vs_peer:>13} {per_round:>20} {vs_round:>24} "
+              f"{cpu:>9.1f}s  {split}")  # fmt: skip
 
     # Where each router's turns spent their time, per round (all turns, seconds summed over
     # them): the engines' own view (vLLM's histograms) beside the client's; for a kvharness
