@@ -347,7 +347,9 @@ def main() -> None:
           f"prompt tokens per replica %")  # fmt: skip
     peers = [(s.makespan.mean, means) for n, s, _, _, means, _ in rows
              if n in ("sglang", "vllm") and s.makespan.mean]  # fmt: skip
-    best_peer, peer_rounds = min(peers, key=lambda p: p[0]) if peers else (None, [])
+    best_peer, peer_rounds = (
+        min(peers, key=lambda p: p[0]) if peers else (None, [None] * args.repeats)
+    )
 
     def pc(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
@@ -363,7 +365,7 @@ def main() -> None:
         # Each round against the best peer's run in the same round (close in time to it).
         vs_round = "/".join(
             "-" if x is None or not y else f"{x / y:.2f}"
-            for x, y in zip(means, peer_rounds or [None] * len(means), strict=True)
+            for x, y in zip(means, peer_rounds, strict=True)
         )
         print(f"{name:<12} {s.turns_ok:>8} {errors:>6} {pc(c.achieved_ratio):>8} "
               f"{pc(c.ideal_ratio):>8} {pc(c.achieved_vs_ideal):>8} {sec(m):>14} "
