@@ -136,6 +136,13 @@ class Run:
         return sum(e[key] for e in self.engine)
 
 
+def shortfall(records: list[TurnRecord]) -> int:
+    """Cached tokens short of the ideal over ``records`` (as the report counts them: the
+    successful attempts whose server reported cached tokens)."""
+    cache = summarise(records).cache
+    return cache.ideal_cached_tokens - cache.cached_tokens
+
+
 def reset_caches(reps: list[VllmReplica]) -> None:
     for r in reps:
         req = urllib.request.Request(r.url + "/reset_prefix_cache", data=b"", method="POST")
@@ -339,11 +346,10 @@ def main() -> None:
         cpu = sum(run.sched.cpu for run in v) / len(v)
         # Cached tokens short of the ideal, per run: on sessions' first turns (where a session
         # starts) and on later ones (its context evicted, or the session moved).
-        lost = [0, 0]
-        for r in pooled:
-            if r.ok and r.cached_tokens is not None:
-                lost[r.turn > 0] += r.ideal_cached_tokens - r.cached_tokens
-        lost_runs = "/".join(f"{x / len(v):.0f}" for x in lost)
+        lost_runs = "/".join(
+            f"{shortfall([r for r in pooled if (r.turn > 0) == later]) / len(v):.0f}"
+            for later in (False, True)
+        )
         rows.append((name, summarise(pooled, label=name), split, errors, means, cpu, lost_runs))
     blocks = f", {args.num_gpu_blocks} KV blocks each" if args.num_gpu_blocks else ""
     print(f"\n{args.replicas} vLLM-CPU replicas (tiny Llama, block {reps[0].block_size}{blocks}); "
