@@ -61,11 +61,12 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
 from kvharness.bench.scrape import scrape, totals
-from kvharness.report.metrics import summarise
+from kvharness.report.metrics import Summary, summarise
 from kvharness.report.records import TurnRecord, read_records
 from kvharness.testing import ReplicaConfig, ensure_tiny_model
 from kvharness.testing.procs import SchedTimes, poll, session_sched_seconds, stop_process, wait_up
@@ -134,6 +135,22 @@ class Run:
 
     def engine_total(self, key: str) -> float:
         return sum(e[key] for e in self.engine)
+
+
+class Row(NamedTuple):
+    """One router's line of the table, pooled over its runs."""
+
+    name: str
+    summary: Summary
+    split: str
+    """Prompt tokens per replica, percent, "a/b/..."."""
+    errors: int
+    means: list[float | None]
+    """Mean session makespan of each run."""
+    cpu: float
+    """The router's CPU seconds per run."""
+    lost: str
+    """Cached tokens short of the ideal per run, "first turns/later turns"."""
 
 
 def shortfall(records: list[TurnRecord]) -> int:
@@ -326,7 +343,7 @@ def main() -> None:
     common = set.intersection(
         *(completed_sessions(run.records) for v in runs.values() for run in v)
     )
-    rows = []
+    rows: list[Row] = []
     for name, v in runs.items():
         pooled = [
             msgspec.structs.replace(r, session=f"{k}/{r.session}")
@@ -350,7 +367,7 @@ def main() -> None:
             f"{shortfall([r for r in pooled if (r.turn > 0) == later]) / len(v):.0f}"
             for later in (False, True)
         )
-        rows.append((name, summarise(pooled, label=name), split, errors, means, cpu, lost_runs))
+        rows.append(Row(name, summarise(pooled, label=name), split, errors, means, cpu, lost_runs))
     blocks = f", {args.num_gpu_blocks} KV blocks each" if args.num_gpu_blocks else ""
     print(f"\n{args.replicas} vLLM-CPU replicas (tiny Llama, block {reps[0].block_size}{blocks}); "
           f"workload {args.workload}; {args.concurrency} sessions in flight; "
@@ -359,8 +376,8 @@ def main() -> None:
           f"{'vs ideal':>8} {'makespan mean':>14} {'p90':>8} {'vs best peer':>13} "
           f"{'mean per round':>20} {'vs peer per round':>24} {'router CPU':>10} "
           f"{'lost first/later':>16}  prompt tokens per replica %")  # fmt: skip
-    peers = [(s.makespan.mean, means) for n, s, _, _, means, _, _ in rows
-             if n in ("sglang", "vllm") and s.makespan.mean]  # fmt: skip
+    peers = [(row.summary.makespan.mean, row.means) for row in rows
+             if row.name in ("sglang", "vllm") and row.summary.makespan.mean]  # fmt: skip
     best_peer, peer_rounds = (
         min(peers, key=lambda p: p[0]) if peers else (None, [None] * args.repeats)
     )
