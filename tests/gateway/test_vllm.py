@@ -156,7 +156,9 @@ async def test_killed_replica_loses_no_unstarted_request(
             r = await c.chat.completions.create(
                 model=reps[0].model,
                 messages=long_messages(100 + i, 200),
-                max_tokens=64,
+                # Long enough that replica 1 is still answering these when the first stream
+                # (on whichever replica) has started.
+                max_tokens=256,
                 extra_body={"ignore_eos": True},
             )
             return r.choices[0].finish_reason or ""
