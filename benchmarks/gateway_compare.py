@@ -16,8 +16,8 @@ and p90 session makespan, the mean against the best peer's (sglang or vllm), eac
 and its ratio to that peer's mean in the same round (run close in time to it), the router's CPU
 seconds per run (its processes'; on this machine the router's CPU is taken from the replicas'
 cores), the cached tokens short of the ideal per run on sessions' first turns and on later
-turns, and how the prompt tokens were spread over the replicas. Then, per round, where the
-turns' time to first token went: the engines' own share (vLLM's histograms), the rest (router,
+turns, and how each round's prompt tokens were spread over the replicas. Then, per round, where
+the turns' time to first token went: the engines' own share (vLLM's histograms), the rest (router,
 loopback, vLLM's HTTP handling), for a kvharness gateway its routing time and the replicas' first
 bytes as it saw them, and how long the router's processes waited for a CPU.
 
@@ -151,6 +151,12 @@ class Row(NamedTuple):
     """The router's CPU seconds per run."""
     lost: str
     """Cached tokens short of the ideal per run, "first turns/later turns"."""
+
+
+def spread(amounts: list[float]) -> str:
+    """``amounts`` as whole percentages of their sum, slash-separated (``29/71``)."""
+    total = max(1.0, sum(amounts))
+    return "/".join(f"{100 * x / total:.0f}" for x in amounts)
 
 
 def shortfall(records: list[TurnRecord]) -> int:
@@ -352,11 +358,9 @@ def main() -> None:
             if r.session in common
         ]
         errors = sum(1 for run in v for r in run.records if r.error is not None)
-        sent = [
-            sum(e["prompt_tokens"] for e in col)
-            for col in zip(*(run.engine for run in v), strict=True)
-        ]
-        split = "/".join(f"{100 * x / max(1.0, sum(sent)):.0f}" for x in sent)
+        # Per round: which replica a router favours may differ from run to run (a pooled split
+        # of 50/50 can be two runs of 70/30 mirrored).
+        split = " ".join(spread([e["prompt_tokens"] for e in run.engine]) for run in v)
         means = [
             summarise([r for r in run.records if r.session in common]).makespan.mean for run in v
         ]
@@ -375,7 +379,7 @@ def main() -> None:
     print(f"{'router':<12} {'turns ok':>8} {'errors':>6} {'cached':>8} {'ideal':>8} "
           f"{'vs ideal':>8} {'makespan mean':>14} {'p90':>8} {'vs best peer':>13} "
           f"{'mean per round':>20} {'vs peer per round':>24} {'router CPU':>10} "
-          f"{'lost first/later':>16}  prompt tokens per replica %")  # fmt: skip
+          f"{'lost first/later':>16}  prompt tokens per replica % per round")  # fmt: skip
     peers = [(row.summary.makespan.mean, row.means) for row in rows
              if row.name in ("sglang", "vllm") and row.summary.makespan.mean]  # fmt: skip
     best_peer, peer_rounds = (
