@@ -143,7 +143,7 @@ class Row(NamedTuple):
     name: str
     summary: Summary
     split: str
-    """Prompt tokens per replica, percent, "a/b/..."."""
+    """Prompt tokens per replica, percent, "a/b/..." for each run, space-separated."""
     errors: int
     means: list[float | None]
     """Mean session makespan of each run."""
