@@ -392,20 +392,21 @@ def main() -> None:
     def sec(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}s"
 
-    for name, s, split, errors, means, cpu, lost_runs in rows:
+    for row in rows:
+        s = row.summary
         c = s.cache
         m = s.makespan.mean
         vs_peer = "-" if best_peer is None or m is None else f"{m / best_peer:.3f}x"
-        per_round = "/".join("-" if x is None else f"{x:.1f}" for x in means)
+        per_round = "/".join("-" if x is None else f"{x:.1f}" for x in row.means)
         # Each round against the best peer's run in the same round (close in time to it).
         vs_round = "/".join(
             "-" if x is None or not y else f"{x / y:.2f}"
-            for x, y in zip(means, peer_rounds, strict=True)
+            for x, y in zip(row.means, peer_rounds, strict=True)
         )
-        print(f"{name:<12} {s.turns_ok:>8} {errors:>6} {pc(c.achieved_ratio):>8} "
+        print(f"{row.name:<12} {s.turns_ok:>8} {row.errors:>6} {pc(c.achieved_ratio):>8} "
               f"{pc(c.ideal_ratio):>8} {pc(c.achieved_vs_ideal):>8} {sec(m):>14} "
               f"{sec(s.makespan.p90):>8} {vs_peer:>13} {per_round:>20} {vs_round:>24} "
-              f"{cpu:>9.1f}s {lost_runs:>16}  {split}")  # fmt: skip
+              f"{row.cpu:>9.1f}s {row.lost:>16}  {row.split}")  # fmt: skip
 
     # Where each router's turns spent their time, per round (all turns, seconds summed over
     # them): the engines' own view (vLLM's histograms) beside the client's; for a kvharness
