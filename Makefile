@@ -3,20 +3,22 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+LOCKS  := requirements
 
 # Extra prerequisites of `make test` (the vLLM engine, Debian packages); mk/*.mk add to them.
 TEST_DEPS :=
 APT_PACKAGES :=
 -include $(sort $(wildcard mk/*.mk))
 
-.PHONY: setup run test lint typecheck unit system-deps clean
+.PHONY: setup run test lint typecheck unit system-deps lock clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Every package from the hash-checked lock (requirements/README.md), then kvharness itself.
+$(STAMP): pyproject.toml $(LOCKS)/dev.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --require-hashes -r $(LOCKS)/dev.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 run: setup
@@ -43,5 +45,15 @@ unit: setup
 test: setup system-deps lint typecheck $(TEST_DEPS)
 	$(BIN)/pytest
 
+# Regenerate the locks after a dependency changes (pip-tools in a throwaway environment).
+PIP_COMPILE = CUSTOM_COMPILE_COMMAND='make lock' .venv-lock/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras \
+	--no-emit-index-url --no-emit-find-links
+lock:
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install -q pip-tools==7.6.2
+	$(PIP_COMPILE) --extra dev -o $(LOCKS)/dev.txt pyproject.toml $(LOCKS)/tools.in
+	$(PIP_COMPILE) -o $(LOCKS)/vllm.txt $(LOCKS)/vllm.in $(LOCKS)/tools.in
+	rm -rf .venv-lock
+
 clean:
-	rm -rf $(VENV) .venv-vllm .cache build dist
+	rm -rf $(VENV) .venv-vllm .venv-lock .cache build dist
