@@ -15,7 +15,7 @@ import pytest
 from kvharness.env.task import Mutation, Task, load_suite, load_task, save_task
 from kvharness.env.tasks import DEFAULT_SUITE, SMOKE_SUITE, build_suite
 from kvharness.env.tasks import mutations as mut
-from kvharness.env.tasks.builder import _select
+from kvharness.env.tasks.builder import _select, ensure_venv
 from kvharness.env.tasks.issue import issue_text, scenario
 from kvharness.env.tasks.verify import verify_task
 from kvharness.errors import FormatError, UserError
@@ -165,7 +165,9 @@ def test_default_suite_definition_is_pinned_and_big_enough() -> None:
     for pkg in DEFAULT_SUITE.packages:
         assert re.fullmatch(r"\d+(\.\d+)+", pkg.version)
         assert re.fullmatch(r"[0-9a-f]{64}", pkg.sha256)
-    assert all(re.fullmatch(r"[\w-]+==[\w.]+", d) for d in DEFAULT_SUITE.test_deps)
+    hashed = r"[\w-]+==[\w.]+( --hash=sha256:[0-9a-f]{64})+"
+    assert all(re.fullmatch(hashed, d) for d in DEFAULT_SUITE.test_deps)
+    assert any(d.startswith("pytest==") for d in DEFAULT_SUITE.test_deps)
 
 
 def test_smoke_suite_invariants(smoke_suite: list[Task]) -> None:
@@ -200,3 +202,11 @@ def test_build_is_reproducible(smoke_suite: list[Task], env_venv: Path, tmp_path
         assert (old.repo_dir / old.mutation.file).read_text() == (
             new.repo_dir / new.mutation.file
         ).read_text()
+
+
+def test_task_venv_refuses_a_release_whose_hash_differs(tmp_path: Path) -> None:
+    """The task venv installs in hash-checking mode: a release that is not the locked one fails."""
+    wrong = "pytest==9.2.0 --hash=sha256:" + "0" * 64
+    with pytest.raises(UserError, match="Expected sha256"):
+        ensure_venv(tmp_path / "venv", (wrong,))
+    assert not (tmp_path / "venv" / ".kvh-test-deps.json").exists()

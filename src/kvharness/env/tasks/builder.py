@@ -90,8 +90,8 @@ orders that depend on object addresses repeat, and ``random`` seeded per test.""
 
 
 def ensure_venv(venv: Path, deps: Sequence[str]) -> Path:
-    """Create (once) the venv tasks run in, with ``deps`` and the :data:`SEED_PLUGIN` installed;
-    returns ``venv``. Rebuilt when the requested deps differ from those in its stamp file."""
+    """Create (once) the venv tasks run in, with ``deps`` (requirement lines, hashes allowed) and
+    the :data:`SEED_PLUGIN` installed; returns ``venv``. Rebuilt when the requested deps differ from those in its stamp file."""
     stamp = venv / _DEPS_STAMP
     if _current(venv, deps):
         return venv
@@ -126,11 +126,12 @@ def _create_venv(venv: Path, deps: Sequence[str]) -> None:
         "-q",
         "--disable-pip-version-check",
     ]
-    done = subprocess.run([*pip, *deps], capture_output=True, text=True)
+    requirements = venv / "kvh-test-requirements.txt"
+    requirements.write_text("".join(f"{dep}\n" for dep in deps))
+    done = subprocess.run([*pip, "-r", str(requirements)], capture_output=True, text=True)
     if done.returncode != 0:
-        raise UserError(
-            f"cannot install {' '.join(deps)} into {venv}: {done.stderr.strip()[-300:]}"
-        )
+        names = " ".join(dep.split()[0] for dep in deps)
+        raise UserError(f"cannot install {names} into {venv}: {done.stderr.strip()[-300:]}")
     stamp.write_text(json.dumps(list(deps)))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_SUITE", "SUITES", "PackageSpec", "SuiteSpec", "Target"]
+__all__ = ["DEFAULT_SUITE", "PYTEST_DEPS", "SUITES", "PackageSpec", "SuiteSpec", "Target"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,16 +39,39 @@ class PackageSpec:
     exclude: tuple[str, ...] = ()
 
 
+PYTEST_DEPS: tuple[str, ...] = (
+    "iniconfig==2.3.1"
+    " --hash=sha256:67f4b9c50da0dedf52af349e7749a80a9057a5031199791b906c3bb3ae878960"
+    " --hash=sha256:9121e2c1fdb355232495be3194c8dfe87ccc2d5dee45947b78e68f499790d7a7",
+    "packaging==26.4"
+    " --hash=sha256:81383611a09c1bc0b08b76e0fd5829d7c6824c65b27a6aee339da133f4233ea2"
+    " --hash=sha256:c4b671c41ddb9bf26e543c37723610d28fb6bf7affc4da17cf048d419d2c062a",
+    "pluggy==1.7.0"
+    " --hash=sha256:7dd7b0d8832ba3cb632c306926ded123429211b83641b35dc5c41ad2d34f9bec"
+    " --hash=sha256:d1eaa46ebb595891b860ab086b4d09c8588af65ebd4361b8e8f4bb8920b90ba8",
+    "pygments==2.21.0"
+    " --hash=sha256:2363c69b61c4a97c838da3b130dcd6468f4848992b21a82f2a63ec34377137d9"
+    " --hash=sha256:610ca751c9bc2492b38eb9a38a7fbc93edbbb2d7182edaf34e66ae493dee5c8c",
+    "pytest==9.2.0"
+    " --hash=sha256:07acdcf88ec174f907dc01af70bf52d49b014bbab03faeeade31c96b18c2e588"
+    " --hash=sha256:97c4f3b1f3c7414aa36465e09b8220f1d03627993bd51b1282e193753c80557b",
+)
+"""pytest 9.2.0 and its dependencies, locked with hashes (``pip-compile --generate-hashes`` of
+``pytest==9.2.0``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SuiteSpec:
-    """A whole suite. ``test_deps``: pinned pip requirements of the venv tests run in.
+    """A whole suite. ``test_deps``: the pip requirement lines of the venv tests run in, the whole
+    closure each pinned with its hashes (pip then installs in hash-checking mode, so a changed
+    upstream release cannot change what the tasks are graded with).
     ``max_fail_to_pass`` / ``max_pass_to_pass``: caps on each task's lists (seeded samples), which
     bound grading time. ``max_attempts``: candidate mutants tried per target before giving up."""
 
     name: str
     seed: int
     packages: tuple[PackageSpec, ...]
-    test_deps: tuple[str, ...] = ("pytest==9.2.0",)
+    test_deps: tuple[str, ...] = PYTEST_DEPS
     max_fail_to_pass: int = 8
     max_pass_to_pass: int = 16
     max_attempts: int = 40
