@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["FormatError", "UserError", "decode_error_message"]
+__all__ = ["FormatError", "UserError"]
 
 
 class UserError(Exception):
@@ -10,19 +10,11 @@ class UserError(Exception):
 
 
 class FormatError(UserError):
-    """Malformed input data; the message starts with ``FILE:LINE:`` where the fault is."""
+    """Malformed input data; the message starts with ``FILE:LINE:`` where the fault is, or with
+    ``FILE:`` when it is the file as a whole (``line`` None: unreadable, empty)."""
 
-    def __init__(self, path: str, line: int, message: str) -> None:
+    def __init__(self, path: str, line: int | None, message: str) -> None:
         self.path = path
         self.line = line
         self.reason = message
-        super().__init__(f"{path}:{line}: {message}")
-
-
-def decode_error_message(err: Exception) -> str:
-    """One line for a msgspec decode error: schema faults as msgspec words them, else bad JSON."""
-    import msgspec
-
-    if isinstance(err, msgspec.ValidationError):
-        return str(err)
-    return f"bad JSON: {err}"
+        super().__init__(f"{path}: {message}" if line is None else f"{path}:{line}: {message}")

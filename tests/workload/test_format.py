@@ -83,7 +83,7 @@ GOOD_TURN = '{"tokens": 5, "hashes": [1, 2], "output": 3}'
         (
             [HEADER, '{"id": "a", "turns": [{"tokens": -5, "hashes": [], "output": 1}]}'],
             2,
-            "negative",
+            "Expected `int` >= 0 - at `$.turns[0].tokens`",
         ),
         (
             [HEADER, '{"id": "a", "turns": [{"tokens": 9, "hashes": [1], "output": 1}]}'],

@@ -66,11 +66,11 @@ GOOD = '{"timestamp": 5, "input_length": 4, "output_length": 1, "hash_ids": [1]}
         ),
         (
             '{"timestamp": 5, "input_length": -4, "output_length": 1, "hash_ids": []}',
-            "negative input_length",
+            "Expected `int` >= 0 - at `$.input_length`",
         ),
         (
             '{"timestamp": 5, "input_length": 4, "output_length": -1, "hash_ids": [1]}',
-            "negative output_length",
+            "Expected `int` >= 0 - at `$.output_length`",
         ),
         (
             '{"timestamp": 1, "input_length": 4, "output_length": 1, "hash_ids": [1]}',

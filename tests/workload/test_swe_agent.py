@@ -69,13 +69,17 @@ def test_whole_folder_prompt_growth(traces: Path) -> None:
     ("text", "line", "message"),
     [
         ('{\n  "history": [\n    {"role": "user", "content": "x"},,\n  ]\n}', 3, "bad JSON"),
-        ('{\n  "trajectory": []\n}', 1, "missing or non-list 'history'"),
-        ('{\n  "trajectory": [],\n  "history": [{"content": "x"}]\n}', 3, "no string 'role'"),
+        ('{\n  "trajectory": []\n}', 1, "missing required field `history`"),
+        (
+            '{\n  "trajectory": [],\n  "history": [{"content": "x"}]\n}',
+            3,
+            "missing required field `role` - at `$.history[0]`",
+        ),
         (
             '{\n  "history": [{"role": "assistant", "content": "x"}],\n  "trajectory": [\n'
             '    {"action": "ls", "execution_time": -2}\n  ]\n}',
             4,
-            "execution_time must be a number >= 0",
+            "Expected `float` >= 0.0 - at `$.trajectory[0].execution_time`",
         ),
         ('{\n  "history": [{"role": "user", "content": "x"}]\n}', 2, "no assistant message"),
     ],
