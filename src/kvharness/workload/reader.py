@@ -146,7 +146,13 @@ def decode(decoder: msgspec.json.Decoder[T], data: bytes, where: str, line: int 
     """``data`` (starting at ``line`` of ``where``) decoded by ``decoder``; any fault is a
     :class:`FormatError` at the line it lies on."""
     try:
+        if not data.isascii():
+            data.decode("utf-8")
         return decoder.decode(data)
+    except UnicodeDecodeError as err:
+        offset = err.start
+        col = _column(data, offset)
+        reason = f"not UTF-8 text: byte 0x{data[offset]:02x} at column {col}; save as UTF-8"
     except msgspec.ValidationError as err:
         offset, reason = _field_fault(data, str(err))
     except msgspec.DecodeError as err:
@@ -162,14 +168,6 @@ def _column(data: bytes, offset: int) -> int:
 
 
 def _syntax_fault(data: bytes, message: str) -> tuple[int, str]:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        col = _column(data, err.start)
-        return (
-            err.start,
-            f"not UTF-8 text: byte 0x{data[err.start]:02x} at column {col}; save as UTF-8",
-        )
     if message == "Input data was truncated":
         return len(data.rstrip()), "bad JSON: the text ends inside a value"
     found = _MALFORMED.match(message)
