@@ -189,6 +189,11 @@ GOOD_TURN = '{"tokens": 5, "hashes": [1, 2], "output": 3}'
             "JSON nested deeper than the decoder can follow",
         ),
         (["\ufeff" + HEADER], 1, "starts with a UTF-8 byte-order mark; save without BOM"),
+        (
+            [HEADER, '{"id": "a", "turns": [' + GOOD_TURN + '], "x\\ny\\u0000": 1}'],
+            2,
+            "Object contains unknown field `x\\ny\\x00`",
+        ),
     ],
 )
 def test_malformed_files_name_file_and_line(
@@ -200,6 +205,7 @@ def test_malformed_files_name_file_and_line(
         wformat.load(path)
     assert str(info.value).startswith(f"{path}:{line}: ")
     assert message in str(info.value)
+    assert str(info.value).isprintable()
 
 
 @pytest.mark.parametrize(
