@@ -1,8 +1,8 @@
 """Every loader, whatever the bytes: a workload, or one FormatError of one line, never a traceback.
 
-Strategies: arbitrary bytes, and near-valid files (valid records with one value mutated, fields
-dropped, values wrapped in nesting up to past the decoder's limit, byte-order marks, blank lines,
-truncation, stray non-UTF-8 bytes). A workload that loads must also survive what the CLI does with
+Strategies: arbitrary bytes, and near-valid files: valid records of which at most one has a value
+replaced by any JSON value, a field dropped or added, or a value nested past the decoder's limit;
+then blank lines, a byte-order mark, a truncation or a stray non-UTF-8 byte. A workload that loads must also survive what the CLI does with
 it: statistics, and a save/load round trip through the project's own format.
 """
 
@@ -95,21 +95,22 @@ def _dumps(value: Any, indent: int | None = None) -> bytes:
 
 
 @st.composite
-def mutated(draw: st.DrawFn, record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` with at most one field replaced, dropped or deeply nested, maybe one added."""
-    out = dict(record)
-    keys = sorted(out)
-    action = draw(st.sampled_from(["keep", "replace", "drop", "nest", "add"]))
-    key = draw(st.sampled_from(keys))
+def mutate_one(draw: st.DrawFn, records: list[dict[str, Any]]) -> None:
+    """Change at most one of ``records`` in place (often none): one field replaced by any JSON
+    value, dropped or nested deep, or a field added."""
+    if not records or draw(st.booleans()):
+        return
+    record = draw(st.sampled_from(records))
+    action = draw(st.sampled_from(["replace", "drop", "nest", "add"]))
+    key = draw(st.sampled_from(sorted(record)))
     if action == "replace":
-        out[key] = draw(json_values)
+        record[key] = draw(json_values)
     elif action == "drop":
-        del out[key]
+        del record[key]
     elif action == "nest":
-        out[key] = f"@nest:{draw(st.sampled_from([1, 31, 33, 999, 3000]))}@"
-    elif action == "add":
-        out[draw(st.text(max_size=5))] = draw(json_values)
-    return out
+        record[key] = f"@nest:{draw(st.sampled_from([1, 31, 33, 999, 3000]))}@"
+    else:
+        record[draw(st.text(max_size=5))] = draw(json_values)
 
 
 @st.composite
@@ -120,7 +121,7 @@ def damaged_file(draw: st.DrawFn, lines: list[bytes]) -> bytes:
         parts.extend([b""] * draw(st.integers(0, 2)))
         parts.append(line)
     data = b"\n".join(parts) + draw(st.sampled_from([b"\n", b"", b"\r\n", b"\n\n "]))
-    damage = draw(st.sampled_from(["none", "none", "bom", "truncate", "byte"]))
+    damage = draw(st.sampled_from(["none", "none", "none", "bom", "truncate", "byte"]))
     if damage == "bom":
         data = draw(st.sampled_from([b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff"])) + data
     elif damage == "truncate" and data:
@@ -135,26 +136,26 @@ def damaged_file(draw: st.DrawFn, lines: list[bytes]) -> bytes:
     return data
 
 
+def _chain(draw: st.DrawFn, block_size: int = 4) -> tuple[int, list[int]]:
+    tokens = draw(st.integers(0, 13))
+    n = -(-tokens // block_size)
+    return tokens, draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
+
+
 @st.composite
 def mooncake_files(draw: st.DrawFn) -> bytes:
-    lines = []
+    rows: list[dict[str, Any]] = []
     t = 0
     for _ in range(draw(st.integers(0, 4))):
-        tokens = draw(st.integers(0, 13))
+        tokens, hashes = _chain(draw)
         t += draw(st.integers(0, 3000))
-        row: dict[str, Any] = {
-            "timestamp": t,
-            "input_length": tokens,
-            "output_length": draw(st.integers(0, 9)),
-            "hash_ids": draw(
-                st.lists(st.integers(0, 5), min_size=-(-tokens // 4), max_size=-(-tokens // 4))
-            ),
-        }
+        row = {"timestamp": t, "input_length": tokens, "output_length": 1, "hash_ids": hashes}
         if draw(st.booleans()):
             row["session_id"] = draw(st.sampled_from(["a", "b"]))
             row["delay"] = draw(st.integers(0, 500))
-        lines.append(_dumps(draw(mutated(row))))
-    return draw(damaged_file(lines))
+        rows.append(row)
+    draw(mutate_one(rows))
+    return draw(damaged_file([_dumps(r) for r in rows]))
 
 
 @st.composite
@@ -163,23 +164,21 @@ def workload_files(draw: st.DrawFn) -> bytes:
     if draw(st.booleans()):
         header["arrival"] = {"kind": "poisson", "rate": 2.0, "seed": 1}
         header["meta"] = {"source": "fuzz"}
-    lines = [_dumps(draw(mutated(header)))]
+    records = [header]
+    sessions = []
     for s in range(draw(st.integers(0, 3))):
         turns = []
         for _ in range(draw(st.integers(1, 3))):
-            tokens = draw(st.integers(0, 13))
-            turn: dict[str, Any] = {
-                "tokens": tokens,
-                "hashes": list(range(-(-tokens // 4))),
-                "output": draw(st.integers(0, 9)),
-                "gap": draw(st.floats(0, 10)),
-            }
+            tokens, hashes = _chain(draw)
+            turn: dict[str, Any] = {"tokens": tokens, "hashes": hashes, "output": 2}
+            turn["gap"] = draw(st.floats(0, 10))
             if draw(st.booleans()):
                 turn["messages"] = [{"role": "user", "content": draw(st.text(max_size=8))}]
-            turns.append(draw(mutated(turn)))
-        session = {"id": f"s{s}", "start": float(s), "turns": turns}
-        lines.append(_dumps(draw(mutated(session))))
-    return draw(damaged_file(lines))
+            turns.append(turn)
+        sessions.append({"id": f"s{s}", "start": float(s), "turns": turns})
+        records += [sessions[-1], *turns]
+    draw(mutate_one(records))
+    return draw(damaged_file([_dumps(r) for r in [header, *sessions]]))
 
 
 @st.composite
@@ -192,14 +191,14 @@ def trajectories(draw: st.DrawFn) -> bytes:
         }
         if draw(st.booleans()):
             message["tool_calls"] = [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]
-        history.append(draw(mutated(message)))
+        history.append(message)
+    history.append({"role": "assistant", "content": draw(st.text(max_size=12))})
     steps = [
-        draw(
-            mutated({"action": draw(st.text(max_size=6)), "execution_time": draw(st.floats(0, 9))})
-        )
+        {"action": draw(st.text(max_size=6)), "execution_time": draw(st.floats(0, 9))}
         for _ in range(draw(st.integers(0, 3)))
     ]
-    doc = draw(mutated({"history": history, "trajectory": steps}))
+    doc = {"history": history, "trajectory": steps}
+    draw(mutate_one([doc, *history, *steps]))
     return draw(damaged_file([_dumps(doc, indent=draw(st.sampled_from([None, 2])))]))
 
 
