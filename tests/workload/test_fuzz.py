@@ -74,6 +74,7 @@ scalars = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     st.sampled_from([1e305, 4294967296.0, 4294967297.0, -0.0, 1e-300]),
     st.text(max_size=6),
+    st.sampled_from(["\ud800", "x\udfff", "\x00\n"]),
 )
 json_values = st.recursive(
     scalars,

@@ -107,6 +107,11 @@ def test_whole_folder_prompt_growth(traces: Path) -> None:
             "Expected `str`, got `int` - at `$.history[0].content[0].text`",
         ),
         ('\ufeff{"history": []}', 1, "starts with a UTF-8 byte-order mark; save without BOM"),
+        (
+            '{"history": [\n  {"role": "user", "content": "\\ud800 x"}]}',
+            2,
+            "bad JSON: unexpected end of escaped utf-16 surrogate pair at column 38",
+        ),
     ],
 )
 def test_malformed_trajectories_name_file_and_line(
