@@ -40,7 +40,7 @@ __all__ = ["MooncakeRequest", "infer_sessions", "load_mooncake", "read_requests"
 class _Line(msgspec.Struct):
     input_length: Tokens
     output_length: Tokens
-    hash_ids: list[BlockHash]
+    hash_ids: tuple[BlockHash, ...]
     timestamp: Milliseconds | None = None
     session_id: str | None = None
     delay: Milliseconds | None = None
@@ -91,7 +91,7 @@ def read_requests(path: str | Path, block_size: int = 512) -> list[MooncakeReque
                 f"{len(row.hash_ids)} hash_ids, but input_length {row.input_length} at block "
                 f"size {block_size} needs {need}",
             )
-        chain = BlockChain(block_size, tuple(row.hash_ids), row.input_length)
+        chain = BlockChain(block_size, row.hash_ids, row.input_length)
         delay = None if row.delay is None else row.delay / 1000.0
         out.append(MooncakeRequest(lineno, time, chain, row.output_length, row.session_id, delay))
     if not out:

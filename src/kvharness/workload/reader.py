@@ -92,13 +92,6 @@ def _open(path: str | Path) -> IO[bytes]:
         raise FormatError(str(path), None, f"cannot read: {err.strerror or err}") from None
 
 
-def _read(f: IO[bytes], where: str, line: int | None, size: int, whole: bool) -> bytes:
-    try:
-        return f.read(size) if whole else f.readline(size)
-    except OSError as err:
-        raise FormatError(where, line, f"cannot read: {err.strerror or err}") from None
-
-
 def _check_start(where: str, data: bytes) -> None:
     for bom, why in _BOMS:
         if data.startswith(bom):
@@ -111,25 +104,32 @@ def lines(path: str | Path, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, 
     A line over ``limit`` bytes is refused after reading ``limit + 1`` bytes of it, never more.
     """
     where = str(path)
+    number = 0
     with _open(path) as f:
-        number = 0
-        while raw := _read(f, where, number + 1, limit + 1, whole=False):
-            number += 1
-            if number == 1:
-                _check_start(where, raw)
-            if len(raw) > limit and not raw.endswith(b"\n"):
-                raise FormatError(
-                    where, number, f"line longer than {_mib(limit)}, the most one line may hold"
-                )
-            if not raw.isspace():
-                yield number, raw
+        readline = f.readline
+        try:
+            while raw := readline(limit + 1):
+                number += 1
+                if number == 1:
+                    _check_start(where, raw)
+                if len(raw) > limit and not raw.endswith(b"\n"):
+                    raise FormatError(
+                        where, number, f"line longer than {_mib(limit)}, the most one line may hold"
+                    )
+                if not raw.isspace():
+                    yield number, raw
+        except OSError as err:
+            raise FormatError(where, number + 1, f"cannot read: {err.strerror or err}") from None
 
 
 def document(path: str | Path, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
     """The whole of a one-document file, refused when over ``limit`` bytes or starting with a BOM."""
     where = str(path)
     with _open(path) as f:
-        data = _read(f, where, None, limit + 1, whole=True)
+        try:
+            data = f.read(limit + 1)
+        except OSError as err:
+            raise FormatError(where, None, f"cannot read: {err.strerror or err}") from None
     if len(data) > limit:
         raise FormatError(where, None, f"larger than {_mib(limit)}, the most one file may hold")
     _check_start(where, data)
