@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["FormatError", "UserError", "decode_error_message"]
+__all__ = ["FormatError", "UserError"]
 
 
 class UserError(Exception):
@@ -10,19 +10,20 @@ class UserError(Exception):
 
 
 class FormatError(UserError):
-    """Malformed input data; the message starts with ``FILE:LINE:`` where the fault is."""
+    """Malformed input data; the message starts with ``FILE:LINE:`` where the fault is, or with
+    ``FILE:`` when it is the file as a whole (``line`` None: unreadable, empty). It is always one
+    line of printable text, whatever the input put into it."""
 
-    def __init__(self, path: str, line: int, message: str) -> None:
+    def __init__(self, path: str, line: int | None, message: str) -> None:
         self.path = path
         self.line = line
-        self.reason = message
-        super().__init__(f"{path}:{line}: {message}")
+        self.reason = _one_line(message)
+        where = _one_line(path) if line is None else f"{_one_line(path)}:{line}"
+        super().__init__(f"{where}: {self.reason}")
 
 
-def decode_error_message(err: Exception) -> str:
-    """One line for a msgspec decode error: schema faults as msgspec words them, else bad JSON."""
-    import msgspec
-
-    if isinstance(err, msgspec.ValidationError):
-        return str(err)
-    return f"bad JSON: {err}"
+def _one_line(text: str) -> str:
+    """``text`` with unprintable characters (newlines included) escaped, so it prints as one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

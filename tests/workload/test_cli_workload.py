@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,72 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0
     assert f"{bad}:1:" in err and "missing required field" in err
+
+
+_DEEP = b"[" * 100_000 + b"]" * 100_000
+_HEADER = b'{"format": "kvharness-workload", "version": 1, "block_size": 4}\n'
+
+
+def _kvharness(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kvharness", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "reason"),
+    [
+        (
+            "deep.jsonl",
+            b'{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1], "x": '
+            + _DEEP
+            + b"}\n",
+            ":1: JSON nested deeper than the decoder can follow",
+        ),
+        ("deep.traj", b'{"info": ' + _DEEP + b', "history": []}', ":1: JSON nested deeper"),
+        (
+            "negative.jsonl",
+            b'{"timestamp": -5, "input_length": 4, "output_length": 1, "hash_ids": [1]}\n',
+            ":1: Expected `float` >= 0.0 - at `$.timestamp`",
+        ),
+        (
+            "huge.jsonl",
+            b'{"timestamp": 0, "input_length": 4, "output_length": 9223372036854775808, '
+            b'"hash_ids": [1]}\n',
+            ":1: Expected `int` <= 2147483647 - at `$.output_length`",
+        ),
+        (
+            "bom.jsonl",
+            b'\xef\xbb\xbf{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]}',
+            ":1: starts with a UTF-8 byte-order mark; save without BOM",
+        ),
+        ("latin1.traj", b'{"history": [{"role": "user", "content": "caf\xe9"}]}', ":1: not UTF-8"),
+        ("empty.jsonl", b"", ": no requests"),
+        ("header-only.jsonl", _HEADER, ": no requests"),
+        ("blank.jsonl", b"\n \n\n", ": no requests"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2(
+    tmp_path: Path, name: str, data: bytes, reason: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    done = _kvharness("workload", "stats", str(path))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"kvharness workload: error: {path}{reason}")
+
+
+def test_cli_convert_of_bad_input_writes_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(
+        _HEADER + b'{"id": "a", "turns": [{"tokens": 4, "hashes": [1], "output": -1}]}\n'
+    )
+    out = tmp_path / "out.jsonl"
+    done = _kvharness("workload", "convert", str(bad), str(out))
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"kvharness workload: error: {bad}:2: Expected `int` >= 0 - at `$.turns[0].output`\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]

@@ -83,7 +83,7 @@ GOOD_TURN = '{"tokens": 5, "hashes": [1, 2], "output": 3}'
         (
             [HEADER, '{"id": "a", "turns": [{"tokens": -5, "hashes": [], "output": 1}]}'],
             2,
-            "negative",
+            "Expected `int` >= 0 - at `$.turns[0].tokens`",
         ),
         (
             [HEADER, '{"id": "a", "turns": [{"tokens": 9, "hashes": [1], "output": 1}]}'],
@@ -116,6 +116,84 @@ GOOD_TURN = '{"tokens": 5, "hashes": [1, 2], "output": 3}'
             3,
             "duplicate session id",
         ),
+        (
+            [HEADER, '{"id": "a", "start": -1, "turns": [' + GOOD_TURN + "]}"],
+            2,
+            "Expected `float` >= 0.0 - at `$.start`",
+        ),
+        (
+            [
+                HEADER,
+                '{"id": "a", "turns": [{"tokens": 5, "hashes": [1, 2], "output": 1, "gap": 1e305}]}',
+            ],
+            2,
+            "Expected `float` <= 4294967296.0 - at `$.turns[0].gap`",
+        ),
+        (
+            [
+                HEADER,
+                '{"id": "a", "turns": [{"tokens": 5, "hashes": [1, 2], "output": 9223372036854775808}]}',
+            ],
+            2,
+            "- at `$.turns[0].output`",
+        ),
+        (
+            ['{"format": "kvharness-workload", "version": 1, "block_size": 0}'],
+            1,
+            "bad workload header: Expected `int` >= 1 - at `$.block_size`",
+        ),
+        (
+            [
+                '{"format": "kvharness-workload", "version": 1, "block_size": 4, "arrival": '
+                '{"kind": "poisson", "rate": 0}}'
+            ],
+            1,
+            "- at `$.arrival.rate`",
+        ),
+        (
+            [
+                '{"format": "kvharness-workload", "version": 1, "block_size": 4, "meta": '
+                + "[" * 40
+                + "]" * 40
+                + "}"
+            ],
+            1,
+            "Expected `object`, got `array` - at `$.meta`",
+        ),
+        (
+            [
+                '{"format": "kvharness-workload", "version": 1, "block_size": 4, "meta": {"a": '
+                + "[" * 40
+                + "]" * 40
+                + "}}"
+            ],
+            1,
+            "meta nested deeper than 32 levels",
+        ),
+        (
+            [
+                HEADER,
+                '{"id": "a", "turns": [{"tokens": 5, "hashes": [1, 2], "output": 1, "messages": '
+                '[{"role": "user", "content": ' + "[" * 40 + "]" * 40 + "}]}]}",
+            ],
+            2,
+            "session 'a' turn 0: messages nested deeper than 32 levels",
+        ),
+        (
+            [
+                HEADER,
+                '{"id": "a", "turns": [{"tokens": 5, "hashes": [1, 2], "output": 1, "messages": '
+                '[{"content": ' + "[" * 5000 + "]" * 5000 + "}]}]}",
+            ],
+            2,
+            "JSON nested deeper than the decoder can follow",
+        ),
+        (["\ufeff" + HEADER], 1, "starts with a UTF-8 byte-order mark; save without BOM"),
+        (
+            [HEADER, '{"id": "a", "turns": [' + GOOD_TURN + '], "x\\ny\\u0000": 1}'],
+            2,
+            "Object contains unknown field `x\\ny\\x00`",
+        ),
     ],
 )
 def test_malformed_files_name_file_and_line(
@@ -127,3 +205,21 @@ def test_malformed_files_name_file_and_line(
         wformat.load(path)
     assert str(info.value).startswith(f"{path}:{line}: ")
     assert message in str(info.value)
+    assert str(info.value).isprintable()
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("", "the file is empty or holds only blank lines"),
+        ("\n\n  \n", "the file is empty or holds only blank lines"),
+        (HEADER + "\n", "the workload has a header but no sessions"),
+        (HEADER + "\n\n \n", "the workload has a header but no sessions"),
+    ],
+)
+def test_no_requests_is_an_error(tmp_path: Path, text: str, why: str) -> None:
+    path = tmp_path / "w.jsonl"
+    path.write_text(text)
+    with pytest.raises(FormatError) as info:
+        wformat.load(path)
+    assert str(info.value) == f"{path}: no requests: {why}"

@@ -11,7 +11,7 @@ from kvharness.workload.stats import workload_stats
 
 def _write(tmp_path: Path, *lines: str) -> Path:
     p = tmp_path / "trace.jsonl"
-    p.write_text("\n".join(lines) + "\n")
+    p.write_bytes(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
     return p
 
 
@@ -66,11 +66,11 @@ GOOD = '{"timestamp": 5, "input_length": 4, "output_length": 1, "hash_ids": [1]}
         ),
         (
             '{"timestamp": 5, "input_length": -4, "output_length": 1, "hash_ids": []}',
-            "negative input_length",
+            "Expected `int` >= 0 - at `$.input_length`",
         ),
         (
             '{"timestamp": 5, "input_length": 4, "output_length": -1, "hash_ids": [1]}',
-            "negative output_length",
+            "Expected `int` >= 0 - at `$.output_length`",
         ),
         (
             '{"timestamp": 1, "input_length": 4, "output_length": 1, "hash_ids": [1]}',
@@ -82,6 +82,38 @@ GOOD = '{"timestamp": 5, "input_length": 4, "output_length": 1, "hash_ids": [1]}
             '{"timestamp": 9, "input_length": 4, "output_length": 1, "hash_ids": ["x"]}',
             "Expected `int`",
         ),
+        (
+            '{"timestamp": -5, "input_length": 4, "output_length": 1, "hash_ids": [1]}',
+            "Expected `float` >= 0.0 - at `$.timestamp`",
+        ),
+        (
+            '{"timestamp": 9, "input_length": 4, "output_length": 9223372036854775808, '
+            '"hash_ids": [1]}',
+            "Expected `int` <= 2147483647 - at `$.output_length` (over kvharness's bound",
+        ),
+        (
+            '{"timestamp": 1e305, "input_length": 4, "output_length": 1, "hash_ids": [1]}',
+            "- at `$.timestamp`",
+        ),
+        (
+            '{"timestamp": 9, "delay": -1, "input_length": 4, "output_length": 1, "hash_ids": [1]}',
+            "Expected `float` >= 0.0 - at `$.delay`",
+        ),
+        (
+            '{"timestamp": 9, "input_length": 4, "output_length": 1, "hash_ids": [18446744073709551616]}',
+            "block hash 18446744073709551616 is over 2**64 - 1",
+        ),
+        (
+            '{"timestamp": 9, "input_length": 4, "output_length": 1, "hash_ids": [1], "x": '
+            + "[" * 5000
+            + "]" * 5000
+            + "}",
+            "JSON nested deeper than the decoder can follow",
+        ),
+        (
+            '{"timestamp": 9, "input_length": 4, "output_length": 1, "hash_ids": [1], "x": "\udcff"}',
+            "not UTF-8 text: byte 0xff at column 80",
+        ),
     ],
 )
 def test_malformed_lines_name_file_and_line(tmp_path: Path, bad: str, message: str) -> None:
@@ -90,6 +122,23 @@ def test_malformed_lines_name_file_and_line(tmp_path: Path, bad: str, message: s
         read_requests(path, block_size=4)
     assert str(info.value).startswith(f"{path}:3: ")
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("data", [b"", b"\n", b"\n  \n\r\n\t\n"])
+def test_no_requests_is_an_error(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(data)
+    with pytest.raises(FormatError) as info:
+        load_mooncake(path)
+    assert str(info.value) == f"{path}: no requests: the file is empty or holds only blank lines"
+
+
+def test_a_byte_order_mark_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.encode() + b"\n")
+    with pytest.raises(FormatError) as info:
+        load_mooncake(path, block_size=4)
+    assert str(info.value) == f"{path}:1: starts with a UTF-8 byte-order mark; save without BOM"
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:

@@ -69,22 +69,56 @@ def test_whole_folder_prompt_growth(traces: Path) -> None:
     ("text", "line", "message"),
     [
         ('{\n  "history": [\n    {"role": "user", "content": "x"},,\n  ]\n}', 3, "bad JSON"),
-        ('{\n  "trajectory": []\n}', 1, "missing or non-list 'history'"),
-        ('{\n  "trajectory": [],\n  "history": [{"content": "x"}]\n}', 3, "no string 'role'"),
+        ('{\n  "trajectory": []\n}', 1, "missing required field `history`"),
+        (
+            '{\n  "trajectory": [],\n  "history": [{"content": "x"}]\n}',
+            3,
+            "missing required field `role` - at `$.history[0]`",
+        ),
         (
             '{\n  "history": [{"role": "assistant", "content": "x"}],\n  "trajectory": [\n'
             '    {"action": "ls", "execution_time": -2}\n  ]\n}',
             4,
-            "execution_time must be a number >= 0",
+            "Expected `float` >= 0.0 - at `$.trajectory[0].execution_time`",
         ),
         ('{\n  "history": [{"role": "user", "content": "x"}]\n}', 2, "no assistant message"),
+        ("[1, 2]", 1, "Expected `object`, got `array`"),
+        (
+            '{\n  "info": ' + "[" * 5000 + "]" * 5000 + ',\n  "history": []\n}',
+            1,
+            "JSON nested deeper than the decoder can follow",
+        ),
+        (
+            '{\n  "history": [\n    {"role": "user"},\n    {"role": "assistant", "tool_calls": [{"a": '
+            + "[" * 40
+            + "]" * 40
+            + "}]}\n  ]\n}",
+            4,
+            "history[1].tool_calls nested deeper than 32 levels",
+        ),
+        (
+            '{\n  "history": [\n    {"role": "assistant", "content": "caf\udce9"}\n  ]\n}',
+            3,
+            "not UTF-8 text: byte 0xe9 at column 42",
+        ),
+        (
+            '{\n  "history": [{"role": "assistant", "content": [{"text": 3}]}]\n}',
+            2,
+            "Expected `str`, got `int` - at `$.history[0].content[0].text`",
+        ),
+        ('\ufeff{"history": []}', 1, "starts with a UTF-8 byte-order mark; save without BOM"),
+        (
+            '{"history": [\n  {"role": "user", "content": "\\ud800 x"}]}',
+            2,
+            "bad JSON: unexpected end of escaped utf-16 surrogate pair at column 38",
+        ),
     ],
 )
 def test_malformed_trajectories_name_file_and_line(
     tmp_path: Path, text: str, line: int, message: str
 ) -> None:
     path = tmp_path / "bad.traj"
-    path.write_text(text)
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
     with pytest.raises(FormatError) as info:
         load_swe_agent(path)
     assert str(info.value).startswith(f"{path}:{line}: ")
@@ -94,3 +128,20 @@ def test_malformed_trajectories_name_file_and_line(
 def test_missing_tokenizer_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no tokenizer"):
         load_tokenizer(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"), [("", "the file is empty"), ("\n  \n", "the file is empty")]
+)
+def test_an_empty_trajectory_has_no_requests(tmp_path: Path, text: str, why: str) -> None:
+    path = tmp_path / "empty.traj"
+    path.write_text(text)
+    with pytest.raises(FormatError) as info:
+        load_swe_agent(path)
+    assert str(info.value) == f"{path}: no requests: {why}"
+
+
+def test_an_empty_folder_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(FormatError) as info:
+        load_swe_agent(tmp_path)
+    assert str(info.value) == f"{tmp_path}: no .traj files found"

@@ -11,21 +11,23 @@ Line 1 is a header, every further line one session::
 A turn's chain is delta-encoded against the previous turn of its session: its first ``keep``
 hashes are the previous chain's first ``keep``, followed by ``hashes``. ``messages`` (optional) are
 the chat messages appended since the previous turn. The JSON Schema is ``workload.schema.json``
-beside this module.
+beside this module. Values are bounded as in :mod:`kvharness.workload.reader`; reading streams the
+file line by line.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
-from kvharness.errors import FormatError, decode_error_message
+from kvharness.errors import FormatError
+from kvharness.workload import reader
 from kvharness.workload.chain import BlockChain
 from kvharness.workload.model import Arrival, Session, Turn, Workload
+from kvharness.workload.reader import BlockHash, BlockSize, Seconds, Tokens
 
 __all__ = ["FORMAT", "SCHEMA_PATH", "VERSION", "dumps_lines", "is_workload_file", "load", "save"]
 
@@ -34,37 +36,44 @@ VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("workload.schema.json")
 
 
+_Factor = Annotated[float, msgspec.Meta(gt=0, le=1e6)]
+"""A rate (sessions/s) or a time scale: positive, and at most a million."""
+
+
 class _Arrival(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     kind: Literal["trace", "poisson", "concurrent"] = "trace"
-    rate: float = 1.0
-    concurrency: int = 1
-    time_scale: float = 1.0
+    rate: _Factor = 1.0
+    concurrency: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] = 1
+    time_scale: _Factor = 1.0
     seed: int = 0
 
 
 class _Header(msgspec.Struct, forbid_unknown_fields=True):
     format: str
     version: int
-    block_size: int
+    block_size: BlockSize
     name: str = "workload"
     arrival: _Arrival = msgspec.field(default_factory=_Arrival)
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class _Turn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    tokens: int
-    hashes: list[int]
-    output: int
-    keep: int = 0
-    gap: float = 0.0
+    tokens: Tokens
+    hashes: list[BlockHash]
+    output: Tokens
+    keep: Annotated[int, msgspec.Meta(ge=0)] = 0
+    gap: Seconds = 0.0
     tool: str | None = None
     messages: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        reader.check_hashes(self.hashes)
 
 
 class _Session(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     id: str
     turns: list[_Turn]
-    start: float | None = None
+    start: Seconds | None = None
     group: str | None = None
 
 
@@ -141,12 +150,10 @@ def _session_from_wire(w: _Session, block_size: int, where: str, lineno: int) ->
         def bad(msg: str, i: int = i) -> FormatError:
             return FormatError(where, lineno, f"session {w.id!r} turn {i}: {msg}")
 
-        if wt.tokens < 0 or wt.output < 0:
-            raise bad("negative token count")
         if not 0 <= wt.keep <= len(prev):
             raise bad(f"keep={wt.keep} but the previous turn has {len(prev)} blocks")
-        if not (wt.gap >= 0 and math.isfinite(wt.gap)):
-            raise bad(f"gap must be a finite number >= 0, got {wt.gap}")
+        if wt.messages is not None and not reader.check_nesting(wt.messages):
+            raise bad(f"messages nested deeper than {reader.MAX_NESTING} levels")
         hashes = prev[: wt.keep] + wt.hashes
         try:
             chain = BlockChain(block_size, tuple(hashes), wt.tokens)
@@ -158,49 +165,46 @@ def _session_from_wire(w: _Session, block_size: int, where: str, lineno: int) ->
     try:
         return Session(w.id, tuple(turns), w.start, w.group)
     except ValueError as err:
-        raise FormatError(where, lineno, decode_error_message(err)) from None
+        raise FormatError(where, lineno, str(err)) from None
+
+
+def _header(raw: bytes, where: str, lineno: int) -> _Header:
+    try:
+        header = reader.decode(_header_decoder, raw, where, lineno)
+    except FormatError as err:
+        raise FormatError(where, err.line, f"bad workload header: {err.reason}") from None
+    if header.format != FORMAT:
+        raise FormatError(where, lineno, f"not a kvharness workload (format={header.format!r})")
+    if header.version != VERSION:
+        raise FormatError(
+            where,
+            lineno,
+            f"workload format version {header.version} (this kvharness reads {VERSION})",
+        )
+    if not reader.check_nesting(header.meta):
+        raise FormatError(where, lineno, f"meta nested deeper than {reader.MAX_NESTING} levels")
+    return header
 
 
 def load(path: str | Path) -> Workload:
-    """Read a workload file; any fault raises :class:`FormatError` naming the file and line."""
-    path = Path(path)
+    """Read a workload file, streaming; any fault raises :class:`FormatError` naming the file and
+    line, or the file when it holds no session."""
     where = str(path)
-    try:
-        f = path.open("rb")
-    except OSError as err:
-        raise FormatError(where, 0, f"cannot open: {err.strerror}") from None
-    with f:
-        first = f.readline()
-        try:
-            header = _header_decoder.decode(first)
-        except msgspec.DecodeError as err:
-            raise FormatError(where, 1, f"bad workload header: {err}") from None
-        if header.format != FORMAT:
-            raise FormatError(where, 1, f"not a kvharness workload (format={header.format!r})")
-        if header.version != VERSION:
-            raise FormatError(
-                where,
-                1,
-                f"workload format version {header.version} (this kvharness reads {VERSION})",
-            )
-        if header.block_size <= 0:
-            raise FormatError(where, 1, f"block_size must be positive, got {header.block_size}")
-        sessions = []
-        ids: set[str] = set()
-        for lineno, line in enumerate(f, start=2):
-            if not line.strip():
-                continue
-            try:
-                w = _session_decoder.decode(line)
-            except msgspec.DecodeError as err:
-                raise FormatError(where, lineno, decode_error_message(err)) from None
-            if w.id in ids:
-                raise FormatError(where, lineno, f"duplicate session id {w.id!r}")
-            ids.add(w.id)
-            sessions.append(_session_from_wire(w, header.block_size, where, lineno))
+    records = reader.lines(path)
+    first = next(records, None)
+    if first is None:
+        raise FormatError(where, None, "no requests: the file is empty or holds only blank lines")
+    header = _header(first[1], where, first[0])
+    sessions = []
+    ids: set[str] = set()
+    for lineno, line in records:
+        w = reader.decode(_session_decoder, line, where, lineno)
+        if w.id in ids:
+            raise FormatError(where, lineno, f"duplicate session id {w.id!r}")
+        ids.add(w.id)
+        sessions.append(_session_from_wire(w, header.block_size, where, lineno))
+    if not sessions:
+        raise FormatError(where, None, "no requests: the workload has a header but no sessions")
     a = header.arrival
-    try:
-        arrival = Arrival(a.kind, a.rate, a.concurrency, a.time_scale, a.seed)
-    except ValueError as err:
-        raise FormatError(where, 1, str(err)) from None
+    arrival = Arrival(a.kind, a.rate, a.concurrency, a.time_scale, a.seed)
     return Workload(tuple(sessions), header.block_size, header.name, arrival, header.meta)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from kvharness.errors import UserError
+from kvharness.errors import FormatError, UserError
 from kvharness.workload import format as wformat
 from kvharness.workload.model import Workload
 from kvharness.workload.mooncake import load_mooncake
@@ -52,11 +52,16 @@ def load_workload(spec: str, *, block_size: int = 512, tokenizer: str | None = N
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return generate(parse_synthetic(spec))
     path = Path(spec)
-    if not path.exists():
+    try:
+        is_dir = path.is_dir()
+        exists = is_dir or path.exists()
+    except OSError as err:
+        raise FormatError(spec, None, f"cannot read: {err.strerror or err}") from None
+    if not exists:
         raise UserError(
             f"no such workload {spec!r}: give a file, a folder of .traj files, or synthetic[:k=v,...]"
         )
-    if path.is_dir() or path.suffix == ".traj":
+    if is_dir or path.suffix == ".traj":
         return load_swe_agent(path, tokenizer, block_size=128)
     if wformat.is_workload_file(path):
         return wformat.load(path)

@@ -8,7 +8,8 @@ One request a line::
 chained over the whole prefix, so they map onto :class:`BlockChain` directly: there must be
 ``ceil(input_length / block_size)`` of them. AIPerf's extension fields are accepted: ``session_id``
 (explicit sessions; no inference then) and ``delay`` (milliseconds before the turn, used instead of
-timestamps within a session).
+timestamps within a session). Lengths, times and hashes are bounded as in
+:mod:`kvharness.workload.reader` (``timestamp`` and ``delay`` >= 0); the file is streamed.
 
 **Session inference** (when no ``session_id`` is given). Request B continues an earlier request A
 when A's *full* blocks are a prefix of B's blocks and they share at least ``min_shared`` blocks (block
@@ -27,20 +28,25 @@ from pathlib import Path
 
 import msgspec
 
-from kvharness.errors import FormatError, decode_error_message
+from kvharness.errors import FormatError
+from kvharness.workload import reader
 from kvharness.workload.chain import BlockChain
 from kvharness.workload.model import Arrival, Session, Turn, Workload
+from kvharness.workload.reader import BlockHash, Milliseconds, Tokens
 
 __all__ = ["MooncakeRequest", "infer_sessions", "load_mooncake", "read_requests"]
 
 
 class _Line(msgspec.Struct):
-    input_length: int
-    output_length: int
-    hash_ids: list[int]
-    timestamp: float | None = None
+    input_length: Tokens
+    output_length: Tokens
+    hash_ids: tuple[BlockHash, ...]
+    timestamp: Milliseconds | None = None
     session_id: str | None = None
-    delay: float | None = None
+    delay: Milliseconds | None = None
+
+    def __post_init__(self) -> None:
+        reader.check_hashes(self.hash_ids)
 
 
 _decoder = msgspec.json.Decoder(_Line)
@@ -58,27 +64,13 @@ class MooncakeRequest:
 
 
 def read_requests(path: str | Path, block_size: int = 512) -> list[MooncakeRequest]:
-    """Parse and validate every line; raise :class:`FormatError` naming the first bad one."""
+    """Parse and validate every line, streaming; raise :class:`FormatError` naming the first bad
+    one, or the file when it holds no request."""
     where = str(path)
     out: list[MooncakeRequest] = []
     last_time = float("-inf")
-    try:
-        data = Path(path).read_bytes()
-    except OSError as err:
-        raise FormatError(where, 0, f"cannot read: {err.strerror}") from None
-    for lineno, raw in enumerate(data.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = _decoder.decode(raw)
-        except msgspec.DecodeError as err:
-            raise FormatError(where, lineno, decode_error_message(err)) from None
-        if row.input_length < 0:
-            raise FormatError(where, lineno, f"negative input_length {row.input_length}")
-        if row.output_length < 0:
-            raise FormatError(where, lineno, f"negative output_length {row.output_length}")
-        if row.delay is not None and row.delay < 0:
-            raise FormatError(where, lineno, f"negative delay {row.delay}")
+    for lineno, raw in reader.lines(path):
+        row = reader.decode(_decoder, raw, where, lineno)
         if row.timestamp is None and row.session_id is None:
             raise FormatError(where, lineno, "missing timestamp (needed without session_id)")
         time = 0.0
@@ -99,9 +91,11 @@ def read_requests(path: str | Path, block_size: int = 512) -> list[MooncakeReque
                 f"{len(row.hash_ids)} hash_ids, but input_length {row.input_length} at block "
                 f"size {block_size} needs {need}",
             )
-        chain = BlockChain(block_size, tuple(row.hash_ids), row.input_length)
+        chain = BlockChain(block_size, row.hash_ids, row.input_length)
         delay = None if row.delay is None else row.delay / 1000.0
         out.append(MooncakeRequest(lineno, time, chain, row.output_length, row.session_id, delay))
+    if not out:
+        raise FormatError(where, None, "no requests: the file is empty or holds only blank lines")
     return out
 
 

@@ -5,102 +5,107 @@ A trajectory holds ``history`` (the chat messages) and ``trajectory`` (one step 
 prompt is every message before it, its output the assistant message itself. Each call becomes a
 turn whose chain is the tokenised prompt and whose ``messages`` are those appended since the
 previous call; the gap before it is the previous action's ``execution_time`` where recorded
-(0 otherwise) and ``tool`` is that action's command name.
+(0 otherwise) and ``tool`` is that action's command name. Fields are typed and bounded as in
+:mod:`kvharness.workload.reader`; a fault names the line of the offending field.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from kvharness.errors import FormatError
+from kvharness.workload import reader
 from kvharness.workload.chain import ChainBuilder
 from kvharness.workload.model import Arrival, Session, Turn, Workload
+from kvharness.workload.reader import Seconds
 from kvharness.workload.tokenize import Tokenizer, load_tokenizer, message_tokens
 
 __all__ = ["load_swe_agent", "trajectory_session"]
 
-_KEEP_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+class _Part(msgspec.Struct):
+    text: str = ""
 
 
-def _line_of(text: str, needle: str) -> int:
-    """1-based line of the first occurrence of ``needle`` (1 when absent)."""
-    pos = text.find(needle)
-    return text.count("\n", 0, pos) + 1 if pos >= 0 else 1
+class _Message(msgspec.Struct):
+    role: str
+    content: str | list[_Part | str] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
 
-def _normalise(message: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: message[k] for k in _KEEP_KEYS if k in message and message[k] is not None}
-    content = out.get("content")
-    if isinstance(content, list):
-        out["content"] = "".join(
-            str(p.get("text", "")) if isinstance(p, Mapping) else str(p) for p in content
-        )
+class _Step(msgspec.Struct):
+    action: str | None = None
+    execution_time: Seconds | None = None
+
+
+class _Trajectory(msgspec.Struct):
+    history: list[_Message]
+    trajectory: list[_Step] = msgspec.field(default_factory=list)
+
+
+_decoder = msgspec.json.Decoder(_Trajectory)
+
+
+def _message(m: _Message) -> dict[str, Any]:
+    """The message as a chat message: content parts joined into text, absent fields left out."""
+    out: dict[str, Any] = {"role": m.role}
+    if isinstance(m.content, list):
+        out["content"] = "".join(p if isinstance(p, str) else p.text for p in m.content)
+    elif m.content is not None:
+        out["content"] = m.content
+    for key in ("tool_calls", "tool_call_id", "name"):
+        if (value := getattr(m, key)) is not None:
+            out[key] = value
     return out
 
 
 def trajectory_session(path: Path, tokenizer: Tokenizer, block_size: int = 128) -> Session:
     """One ``.traj`` file as a session. Raises :class:`FormatError` naming file and line."""
     where = str(path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise FormatError(where, 0, f"cannot read: {err}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise FormatError(where, err.lineno, f"bad JSON: {err.msg}") from None
-    if not isinstance(doc, dict):
-        raise FormatError(where, 1, "expected a JSON object with 'history' and 'trajectory'")
-    history = doc.get("history")
-    if not isinstance(history, list):
-        raise FormatError(where, _line_of(text, '"history"'), "missing or non-list 'history'")
-    steps = doc.get("trajectory", [])
-    if not isinstance(steps, list):
-        raise FormatError(where, _line_of(text, '"trajectory"'), "'trajectory' must be a list")
+    data = reader.document(path)
+    if not data.strip():
+        raise FormatError(where, None, "no requests: the file is empty")
+    doc = reader.decode(_decoder, data, where)
+    history = doc.history
     for i, m in enumerate(history):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise FormatError(
-                where, _line_of(text, '"history"'), f"history[{i}] has no string 'role'"
-            )
-        content = m.get("content")
-        if content is not None and not isinstance(content, str | list):
-            raise FormatError(
-                where, _line_of(text, '"history"'), f"history[{i}].content must be text"
-            )
-    for i, step in enumerate(steps):
-        et = step.get("execution_time") if isinstance(step, dict) else None
-        if et is not None and (not isinstance(et, int | float) or et < 0):
+        if m.tool_calls is not None and not reader.check_nesting(m.tool_calls):
+            line = reader.line_of(data, ["history", i, "tool_calls"])
             raise FormatError(
                 where,
-                _line_of(text, '"execution_time"'),
-                f"trajectory[{i}].execution_time must be a number >= 0, got {et!r}",
+                line,
+                f"history[{i}].tool_calls nested deeper than {reader.MAX_NESTING} levels",
             )
 
     builder = ChainBuilder(block_size)
     turns: list[Turn] = []
     start = 0
     for i, raw in enumerate(history):
-        if raw["role"] != "assistant":
+        if raw.role != "assistant":
             continue
-        new = [_normalise(m) for m in history[start:i]]
-        for m in new:
-            builder.extend_tokens(message_tokens(tokenizer, m))
-        reply = _normalise(raw)
+        new = [_message(m) for m in history[start:i]]
+        for message in new:
+            builder.extend_tokens(message_tokens(tokenizer, message))
+        reply = _message(raw)
         output = len(tokenizer.encode(str(reply.get("content", "")))) or 1
         k = len(turns)
         gap, tool = 0.0, None
-        if k > 0 and k - 1 < len(steps) and isinstance(steps[k - 1], dict):
-            step = steps[k - 1]
-            gap = float(step.get("execution_time") or 0.0)
-            action = str(step.get("action") or "").strip()
+        if 0 < k <= len(doc.trajectory):
+            step = doc.trajectory[k - 1]
+            gap = step.execution_time or 0.0
+            action = (step.action or "").strip()
             tool = action.split(maxsplit=1)[0] if action else None
         turns.append(Turn(builder.chain(), output, gap, tool, tuple(new)))
         start = i
     if not turns:
-        raise FormatError(where, _line_of(text, '"history"'), "no assistant message in history")
+        raise FormatError(
+            where, reader.line_of(data, ["history"]), "no assistant message in history"
+        )
     return Session(path.stem, tuple(turns))
 
 
@@ -122,7 +127,7 @@ def load_swe_agent(
     )
     files = _files([Path(path)])
     if not files:
-        raise FormatError(str(path), 0, "no .traj files found")
+        raise FormatError(str(path), None, "no .traj files found")
     sessions = tuple(trajectory_session(f, tok, block_size) for f in files)
     meta = {"source": "swe-agent", "path": str(path), "tokenizer": tok.name}
     return Workload(sessions, block_size, Path(path).stem, Arrival("trace"), meta)
