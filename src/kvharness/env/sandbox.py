@@ -122,7 +122,9 @@ class Sandbox:
 
     ``repo`` is the host folder of the episode's copy; commands may change it (and, as root, its
     ownership is set to the sandbox's uid before every command). ``ro_paths`` are host paths made
-    visible read-only at the same path (a venv, see :func:`python_env_paths`). ``env`` replaces
+    visible read-only at the same path (a venv, see :func:`python_env_paths`). ``rw_binds`` are
+    further ``(host folder, sandbox path)`` pairs mounted writable (the grader's report folder; in
+    unsafe mode commands see the host folder: :meth:`path_of`). ``env`` replaces
     the host environment (``PATH``, ``HOME=/tmp``, ``LANG`` and ``PYTHONDONTWRITEBYTECODE`` are
     set unless given).
     """
@@ -135,9 +137,11 @@ class Sandbox:
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
         unsafe: bool = False,
+        rw_binds: Sequence[tuple[Path, str]] = (),
     ) -> None:
         self.repo = repo.resolve()
         self.ro_paths = tuple(Path(p).resolve() for p in ro_paths)
+        self.rw_binds = tuple((Path(h).resolve(), d) for h, d in rw_binds)
         self.limits = limits or Limits()
         self.unsafe = unsafe
         self._as_root = os.geteuid() == 0
@@ -171,6 +175,14 @@ class Sandbox:
     def workdir(self) -> str:
         """The repository's path as commands see it."""
         return str(self.repo) if self.unsafe else REPO_MOUNT
+
+    def path_of(self, host: Path) -> str:
+        """Where commands see the host folder ``host`` of :attr:`rw_binds`."""
+        host = host.resolve()
+        for bound, dest in self.rw_binds:
+            if host == bound or host.is_relative_to(bound):
+                return str(host) if self.unsafe else dest + str(host)[len(str(bound)) :]
+        raise ValueError(f"{host} is not mounted in the sandbox")
 
     # -- command line -------------------------------------------------------------------------
 
@@ -208,6 +220,7 @@ class Sandbox:
         args += ["--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         made: set[Path] = {Path("/"), Path("/tmp")}
         mounts = [(p, p, True) for p in self.ro_paths] + [(self.repo, Path(REPO_MOUNT), False)]
+        mounts += [(host, Path(dest), False) for host, dest in self.rw_binds]
         for host, dest, read_only in mounts:
             if any(dest.is_relative_to(b) for b in bound):
                 continue
@@ -231,6 +244,8 @@ class Sandbox:
     def _prepare(self) -> None:
         if self._as_root and not self.unsafe:
             _chown_tree(self.repo, self._uid)
+            for host, _ in self.rw_binds:
+                _chown_tree(host, self._uid)
 
     def _preexec(self) -> None:  # unsafe mode only: the rlimits without a sandbox
         lim = self.limits
