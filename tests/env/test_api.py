@@ -255,12 +255,11 @@ def test_special_and_huge_files(task: Task) -> None:
     assert obs == "error: read_file: calc is a directory"
     obs, *_ = env.step(ReadFile("big.txt"))
     assert obs.startswith("x" * 1000) and "more characters not shown" in obs and len(obs) < 1100
-    # A FIFO in the copy cannot be graded: the submit is refused, not counted, not a crash.
+    # Grading never opens a FIFO the agent made (it is not a source file): it is left out, and
+    # the submission is graded as usual.
     obs, reward, term, _, info = env.step(Submit())
-    assert obs.startswith("error: submit: the repository could not be graded") and not term
-    assert info["submissions"] == 0 and reward == 0.0
-    env.step(Bash("rm pipe"))
-    assert env.step(Submit()).info["score"] == 0.0
+    assert obs.startswith("Score: 0.000") and not term
+    assert info["submissions"] == 1 and reward == 0.0 and info["grade"].tampered == ()
     env.close()
 
 
