@@ -169,7 +169,8 @@ def _plan(
         ro_paths=ro_paths,
         limits=limits,
         unsafe=unsafe,
-        rw_binds=[(report_dir, _REPORT_MOUNT)],
+        persist=False,
+        exports=[(report_dir, _REPORT_MOUNT)],
     )
     report = report_dir / _REPORT_FILE
     report.unlink(missing_ok=True)
