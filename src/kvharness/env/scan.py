@@ -222,7 +222,11 @@ def _findings(path: str, data: bytes, lines: set[int]) -> Iterator[tuple[str, st
         tree = ast.parse(data, filename=path)
     except (SyntaxError, ValueError) as err:
         line = getattr(err, "lineno", None) or 1
-        yield "syntax", f"{path}:{line}: the change cannot be parsed, so cannot be checked ({err})"
+        detail = err.msg if isinstance(err, SyntaxError) else str(err)
+        yield (
+            "syntax",
+            f"{path}:{line}: the change cannot be parsed, so cannot be checked ({detail})",
+        )
         return
     visitor = _Visitor(_aliases(tree))
     visitor.visit(tree)
