@@ -23,7 +23,8 @@ never modify it and never follow a link in it, and
 4. **detect what one process cannot prevent:** canary tests with names drawn at random for each
    grading run in the same pytest process, beside the hidden tests: two must pass, two must fail.
    A report in which they do not come out so was forged (the package's code patched pytest or
-   rewrote the report); the result is ``tampered`` and scores 0.
+   rewrote the report); the result is ``tampered`` and scores 0. A report that holds none of them
+   (pytest stopped before running any test) is not trusted at all: no test counts as reported.
 
 A test that did not report (not collected, crashed run, timeout) has failed. Score: the fraction
 of FAIL_TO_PASS tests passing; 0 if any PASS_TO_PASS test does not pass or anything is tampered.
@@ -183,6 +184,7 @@ def _plan(
         f"--rootdir={root}",
         "-o",
         "junit_family=xunit1",
+        "--continue-on-collection-errors",
         f"--junitxml={sandbox.path_of(report_dir)}/{_REPORT_FILE}",
         *extra_args,
         *nodeids,
@@ -276,9 +278,17 @@ class _Canaries:
         """Node ids to run: canaries on both sides of ``tests``."""
         return [self.must_pass[0], self.must_fail[0], *tests, self.must_fail[1], self.must_pass[1]]
 
+    def screen(self, run: TestRun) -> TestRun:
+        """``run``, or, when its report holds none of the canaries (pytest stopped before running
+        any test: a module of the hidden tests failed to import), the run with no test reported:
+        outcomes from a report without canaries are not trusted."""
+        if all(run.outcomes[t] == "missing" for t in (*self.must_pass, *self.must_fail)):
+            return replace(run, outcomes=dict.fromkeys(run.outcomes, "missing"), reported=False)
+        return run
+
     def verdict(self, run: TestRun) -> list[str]:
         """Why the run's report cannot be trusted (empty: the canaries came out as they must).
-        A run with no report at all has no trusted outcome to forge and scores 0 anyway."""
+        A run with no report has no outcome to forge and scores 0 anyway."""
         if not run.reported:
             return []
         out = [
@@ -412,6 +422,7 @@ class Grader:
 
     def _result(self, grading: _Grading, run: TestRun, start: float) -> GradeResult:
         task = self.task
+        run = grading.canaries.screen(run)
         tampered = (*grading.tampered, *grading.canaries.verdict(run))
         f2p = {t: run.outcomes[t] for t in task.fail_to_pass}
         p2p = {t: run.outcomes[t] for t in task.pass_to_pass}
