@@ -333,3 +333,14 @@ def test_time_discounted_reward_uses_seconds_since_reset(task: Task) -> None:
         [sub] = env.submissions
         assert term and sub.score == 1.0 and sub.elapsed > 0
         assert reward == pytest.approx(0.5**sub.elapsed) and 0 < reward < 1
+
+
+def test_a_full_workspace_is_an_observation_and_grading_still_works(task: Task) -> None:
+    env = CodingEnv(task, config(limits=Limits(timeout_s=30, workspace_bytes=8 << 20)))
+    env.reset()
+    obs, *_ = env.step(Bash("head -c 20M /dev/zero > big.bin"))
+    assert "No space left on device" in obs and "the workspace is full" in obs
+    assert (env.repo / "big.bin").stat().st_size <= 8 << 20
+    env.step(FIX)
+    assert env.step(Submit()).info["score"] == 1.0
+    env.close()
