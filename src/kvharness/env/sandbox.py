@@ -6,10 +6,20 @@ caller names (the task venv and its Python installation, at their host paths); t
 of the repository, writable, at :data:`REPO_MOUNT`; a private ``/tmp``; nothing else of the host
 (no ``/root``, ``/home``, ``/work``, suite folders, hidden tests).
 
+The writable repository is a tmpfs of ``Limits.workspace_bytes`` the host copy is copied into at
+the start of each command: writes past it fail inside the sandbox ("No space left on device") and
+the command's output says the workspace is full. The host disk is never written by the sandbox:
+after the command, every process it left is killed and the sandbox streams a tar of the workspace
+through a pipe; the host keeps at most the quota (plus header slack) of it and puts it in place of
+its copy (``_save.py``), so an episode's folder never holds more than the quota. A tmpfs is memory:
+the quota is what a command may hold in RAM while it runs.
+
 Limits, per command: CPU seconds, address space, file size (``prlimit``) and a process count
-(RLIMIT_NPROC), plus a wall-clock timeout that SIGKILLs ``bwrap``; ``--die-with-parent`` and the PID
-namespace then take every process of the command with it. For the same reason nothing a command
-starts in the background outlives it: when the command exits, its PID namespace ends.
+(RLIMIT_NPROC), plus a wall-clock timeout enforced inside the sandbox (``timeout -s KILL``; the
+command keeps what it wrote), after which every other process of the command is killed before its
+files are saved. The host's own timer, 30 s later, SIGKILLs ``bwrap``; ``--die-with-parent`` and
+the PID namespace then take every process with it. Nothing a command starts in the background
+outlives it.
 
 RLIMIT_NPROC does not bind root, and ``bwrap --unshare-user`` run by root maps the sandbox user to
 host uid 0, so as root the command instead drops, inside the sandbox, to a host uid of its own

@@ -13,7 +13,8 @@ On disk a *suite* is a directory with one folder per task::
 
 The agent's view is a copy of ``repo/`` only. ``hidden/`` and ``fix/`` and ``task.json`` (which
 holds FAIL_TO_PASS / PASS_TO_PASS and the mutation) stay outside every sandbox the agent runs in;
-grading copies ``hidden/`` into a fresh copy of the agent's repository (see ``grading.py``).
+grading lays ``hidden/`` over a fresh copy of ``repo/`` that carries only the agent's change to the
+package's source files (see ``grading.py``).
 
 Test ids are pytest node ids relative to the repository root (``tests/test_x.py::TestA::test_b``).
 """

@@ -317,7 +317,7 @@ def _write_task(
     root = out / task_id
     if root.exists():
         shutil.rmtree(root)
-    ignore = shutil.ignore_patterns("__pycache__", ".kvh-junit.xml", ".pytest_cache")
+    ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache")
     shutil.copytree(tree, root / "repo", ignore=ignore)
     hidden: list[str] = []
     for rel in pkg.hidden:
