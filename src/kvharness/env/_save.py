@@ -84,7 +84,10 @@ class SaveStream:
         """Extract the saved stream into ``dest`` (created); None, or why nothing usable came back."""
         try:
             if self.overflow:
-                return f"the files to save are larger than {self.cap >> 20} MiB"
+                return (
+                    f"they take more than {self.cap >> 20} MiB to save (a sparse file counts at "
+                    "its full size): stay within the workspace quota"
+                )
             with tarfile.open(self.file) as tar:
                 tar.extractall(dest, filter=_member_filter)
             return None

@@ -376,6 +376,8 @@ class Sandbox:
                     os.rename(entry, host / entry.name)
             if self.persist:
                 new = landing / REPO_MOUNT.lstrip("/")
+                if new.is_symlink() or not new.is_dir():
+                    return "the saved files hold no repository"
                 old = landing / "old"
                 os.rename(self.repo, old)
                 os.rename(new, self.repo)
