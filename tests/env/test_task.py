@@ -45,6 +45,21 @@ def test_task_json_round_trip(tmp_path: Path) -> None:
     assert load_suite(tmp_path) == [task]
 
 
+def test_scan_allow_is_optional_in_task_json_and_round_trips(tmp_path: Path) -> None:
+    task = dataclasses.replace(_task(tmp_path / "t-01"), scan_allow=("threading",))
+    save_task(task)
+    path = tmp_path / "t-01" / "task.json"
+    doc = json.loads(path.read_text())
+    assert doc["scan_allow"] == ["threading"] and load_task(tmp_path / "t-01") == task
+    del doc["scan_allow"]  # a task.json written before the key existed
+    path.write_text(json.dumps(doc))
+    assert load_task(tmp_path / "t-01").scan_allow == ()
+    doc["scan_allow"] = "threading"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(FormatError, match="'scan_allow' must be a list of strings"):
+        load_task(tmp_path / "t-01")
+
+
 def test_task_validation_and_bad_files(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="FAIL_TO_PASS is empty"):
         dataclasses.replace(_task(tmp_path), fail_to_pass=())
