@@ -63,6 +63,7 @@ def _appended(code: str) -> str:
         ("import threading\n", "threading"),
         ("pid = os.fork()\n", "os.fork"),
         ("subs = object.__subclasses__()\n", ".__subclasses__"),
+        ("def __del__(self):\n    pass\n", "def __del__"),
     ],
 )
 def test_each_forbidden_construct_is_found_with_file_and_line(code: str, key: str) -> None:
