@@ -255,12 +255,11 @@ def test_special_and_huge_files(task: Task) -> None:
     assert obs == "error: read_file: calc is a directory"
     obs, *_ = env.step(ReadFile("big.txt"))
     assert obs.startswith("x" * 1000) and "more characters not shown" in obs and len(obs) < 1100
-    # A FIFO in the copy cannot be graded: the submit is refused, not counted, not a crash.
+    # Grading never opens a FIFO the agent made (it is not a source file): it is left out, and
+    # the submission is graded as usual.
     obs, reward, term, _, info = env.step(Submit())
-    assert obs.startswith("error: submit: the repository could not be graded") and not term
-    assert info["submissions"] == 0 and reward == 0.0
-    env.step(Bash("rm pipe"))
-    assert env.step(Submit()).info["score"] == 0.0
+    assert obs.startswith("Score: 0.000") and not term
+    assert info["submissions"] == 1 and reward == 0.0 and info["grade"].tampered == ()
     env.close()
 
 
@@ -334,3 +333,14 @@ def test_time_discounted_reward_uses_seconds_since_reset(task: Task) -> None:
         [sub] = env.submissions
         assert term and sub.score == 1.0 and sub.elapsed > 0
         assert reward == pytest.approx(0.5**sub.elapsed) and 0 < reward < 1
+
+
+def test_a_full_workspace_is_an_observation_and_grading_still_works(task: Task) -> None:
+    env = CodingEnv(task, config(limits=Limits(timeout_s=30, workspace_bytes=8 << 20)))
+    env.reset()
+    obs, *_ = env.step(Bash("head -c 20M /dev/zero > big.bin"))
+    assert "No space left on device" in obs and "the workspace is full" in obs
+    assert (env.repo / "big.bin").stat().st_size <= 8 << 20
+    env.step(FIX)
+    assert env.step(Submit()).info["score"] == 1.0
+    env.close()

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import kvharness.env.sandbox as sandbox_mod
-from kvharness.env.grading import Grader, junit_key, protected_changes
+from kvharness.env.grading import Grader, GradeResult, junit_key
 from kvharness.env.sandbox import SandboxUnavailable, python_env_paths
 from kvharness.env.task import Task
 
@@ -21,6 +20,11 @@ GraderFor = Callable[[Task], Grader]
 
 def _ops(repo: Path) -> Path:
     return repo / "mini" / "ops.py"
+
+
+def _paths(result: GradeResult) -> tuple[str, ...]:
+    """The file each tamper finding names (its text up to the first colon)."""
+    return tuple(t.split(":")[0] for t in result.tampered)
 
 
 def test_junit_key_matches_pytest_naming() -> None:
@@ -83,9 +87,9 @@ def test_adding_or_editing_test_files_scores_zero_even_with_the_fix(
     # and zeroed for touching a test file.
     (repo / "tests" / "test_ops.py").write_text("def test_add():\n    pass\n")
     result = grader.grade(repo)
-    assert result.tampered == ("tests/test_ops.py",)
+    assert _paths(result) == ("tests/test_ops.py",)
     assert result.score == 0.0 and result.passed_fail_to_pass == 2
-    assert "modified" in result.summary()
+    assert "rejected as tampered: tests/test_ops.py: test file" in result.summary()
 
 
 @pytest.mark.parametrize(
@@ -121,27 +125,25 @@ def test_cheating_on_the_mutant_scores_zero(
     else:
         target.write_text(content)
     result = grader_for(task).grade(repo)
-    assert result.tampered == (path,)
+    assert _paths(result) == (path,)
     assert result.score == 0.0
     # The originals are back for the run: the conftest / config / shadow had no effect.
     assert result.fail_to_pass == {t: "failed" for t in task.fail_to_pass}
 
 
-def test_protected_changes_ignores_library_edits_and_scratch_files(tmp_path: Path) -> None:
-    snap = tmp_path / "snap"
-    (snap / "pkg").mkdir(parents=True)
-    (snap / "pkg" / "mod.py").write_text("x = 1\n")
-    repo = tmp_path / "repo"
-    shutil.copytree(snap, repo)
-    (repo / "pkg" / "mod.py").write_text("x = 2\n")
+def test_library_edits_and_scratch_files_are_not_tampering(
+    make_mini_task: Callable[[], Task], grader_for: GraderFor, tmp_path: Path
+) -> None:
+    task = make_mini_task()
+    repo = task.checkout(tmp_path / "episode")
+    task.apply_fix(repo)
     (repo / "repro.py").write_text("print(1)\n")
-    assert protected_changes(snap, repo, shadowed=frozenset({"pytest"})) == []
+    clean = grader_for(task).grade(repo)
+    assert clean.tampered == () and clean.score == 1.0
     (repo / "pytest.py").write_text("")
-    (repo / "pkg" / "test_extra.py").write_text("")
-    assert protected_changes(snap, repo, shadowed=frozenset({"pytest"})) == [
-        "pkg/test_extra.py",
-        "pytest.py",
-    ]
+    (repo / "mini" / "test_extra.py").write_text("")
+    flagged = grader_for(task).grade(repo)
+    assert _paths(flagged) == ("mini/test_extra.py", "pytest.py") and flagged.score == 0.0
 
 
 def test_tests_that_do_not_report_count_as_failed(
@@ -189,7 +191,7 @@ def test_real_tasks_mutant_zero_fix_one_tampered_zero(
     hidden = task.hidden_files[0]
     (repo / hidden).write_text("")  # an emptied copy of the hidden test file
     result = grader.grade(repo)
-    assert result.score == 0.0 and result.tampered == (hidden,)
+    assert result.score == 0.0 and _paths(result) == (hidden,)
 
 
 def test_without_bwrap_grading_refuses_unless_unsafe(
@@ -231,5 +233,6 @@ def test_planted_symlinks_do_not_make_grading_or_the_fix_write_outside(
     assert not ops.is_symlink() and "a + b" in ops.read_text()
     result = grader_for(task).grade(repo)
     assert sorted(p.name for p in outside.iterdir()) == ["precious.py"]
-    assert result.tampered == ("tests/test_visible.py",) and result.score == 0.0
+    assert _paths(result) == ("tests", "tests/test_visible.py") and result.score == 0.0
+    assert "symbolic link" in result.tampered[0]
     assert result.passed_fail_to_pass == 2  # the hidden tests did run, in the copy

@@ -257,3 +257,65 @@ def test_missing_bwrap_refuses_unless_unsafe(
     result = unsafe.run("pwd; cat hello.txt")
     assert result.stdout.split() == [str(repo), "hello"]
     assert unsafe.run("sleep 100", timeout_s=1).timed_out
+
+
+def _disk_bytes(root: Path) -> int:
+    """Bytes the folder really occupies on the host disk (allocated blocks, links not followed)."""
+    return sum(p.lstat().st_blocks * 512 for p in root.rglob("*"))
+
+
+QUOTA = 16 << 20
+
+
+@pytest.fixture
+def small(repo: Path, env_venv: Path) -> Sandbox:
+    limits = Limits(timeout_s=30, workspace_bytes=QUOTA)
+    return Sandbox(repo, ro_paths=python_env_paths(env_venv), limits=limits)
+
+
+def test_writing_past_the_workspace_quota_is_an_observation_not_a_host_problem(
+    small: Sandbox, repo: Path
+) -> None:
+    result = small.run("head -c 40M /dev/zero > big; echo wrote $?")
+    assert "No space left on device" in result.stderr
+    assert "kvharness: the workspace is full: it holds at most 16 MiB" in result.stderr
+    assert _disk_bytes(repo) <= QUOTA
+    assert (repo / "big").stat().st_size <= QUOTA
+    again = small.run("rm big && echo ok > small.txt && cat hello.txt")
+    assert again.ok and again.stdout == "hello\n" and "full" not in again.stderr
+    assert sorted(p.name for p in repo.iterdir()) == ["hello.txt", "small.txt"]
+
+
+def test_many_files_past_the_quota_are_bounded_too(small: Sandbox, repo: Path) -> None:
+    result = small.run("for i in $(seq 40); do head -c 1M /dev/zero > f$i || break; done")
+    assert "workspace is full" in result.stderr
+    assert _disk_bytes(repo) <= QUOTA
+
+
+def test_a_sparse_file_larger_than_the_quota_never_reaches_the_host(
+    small: Sandbox, repo: Path
+) -> None:
+    result = small.run("truncate -s 400M sparse && echo made > other.txt")
+    assert result.returncode == 0
+    assert "changes to the repository were lost" in result.stderr
+    assert sorted(p.name for p in repo.iterdir()) == ["hello.txt"]
+
+
+def test_a_timed_out_command_keeps_its_writes_and_leaves_nothing_running(
+    box: Sandbox, repo: Path
+) -> None:
+    result = box.run(
+        "echo kept > kept.txt; (sleep 2; echo late > late.txt) & sleep 100", timeout_s=1
+    )
+    assert result.timed_out and result.returncode == -9
+    assert (repo / "kept.txt").read_text() == "kept\n"
+    time.sleep(2.5)
+    assert not (repo / "late.txt").exists()
+
+
+def test_async_commands_save_their_files_too(box: Sandbox, repo: Path) -> None:
+    async def main() -> None:
+        await box.arun("echo async > a.txt")
+
+    asyncio.run(main())
+    assert (repo / "a.txt").read_text() == "async\n"

@@ -15,7 +15,7 @@ import pytest
 from kvharness.env.task import Mutation, Task, load_suite, load_task, save_task
 from kvharness.env.tasks import DEFAULT_SUITE, SMOKE_SUITE, build_suite
 from kvharness.env.tasks import mutations as mut
-from kvharness.env.tasks.builder import _select, ensure_venv
+from kvharness.env.tasks.builder import _oracle_needs, _select, ensure_venv
 from kvharness.env.tasks.issue import issue_text, scenario
 from kvharness.env.tasks.verify import verify_task
 from kvharness.errors import FormatError, UserError
@@ -43,6 +43,36 @@ def test_task_json_round_trip(tmp_path: Path) -> None:
     assert doc["format"] == "kvharness-task" and doc["package_version"] == "1.0"
     assert load_task(tmp_path / "t-01") == task
     assert load_suite(tmp_path) == [task]
+
+
+def test_scan_allow_is_optional_in_task_json_and_round_trips(tmp_path: Path) -> None:
+    task = dataclasses.replace(_task(tmp_path / "t-01"), scan_allow=("threading",))
+    save_task(task)
+    path = tmp_path / "t-01" / "task.json"
+    doc = json.loads(path.read_text())
+    assert doc["scan_allow"] == ["threading"] and load_task(tmp_path / "t-01") == task
+    del doc["scan_allow"]  # a task.json written before the key existed
+    path.write_text(json.dumps(doc))
+    assert load_task(tmp_path / "t-01").scan_allow == ()
+    doc["scan_allow"] = "threading"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(FormatError, match="'scan_allow' must be a list of strings"):
+        load_task(tmp_path / "t-01")
+
+
+def test_the_builder_allows_what_the_tasks_own_fix_needs(tmp_path: Path) -> None:
+    original = tmp_path / "m.py"
+    original.write_text(
+        "import inspect\n\n\ndef arity(f):\n    return len(inspect.signature(f).parameters)\n"
+    )
+    mutated = original.read_text().replace("len(inspect", "1 + len(inspect")
+    assert _oracle_needs("pkg/m.py", mutated, original) == ("inspect",)
+    assert _oracle_needs("pkg/m.py", "x = 2\n", _write_text(tmp_path / "n.py", "x = 1\n")) == ()
+
+
+def _write_text(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
 
 
 def test_task_validation_and_bad_files(tmp_path: Path) -> None:

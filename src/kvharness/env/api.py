@@ -2,9 +2,11 @@
 
 An episode works on a private copy of a task's repository (:meth:`Task.checkout`); every shell
 command (``bash``, ``search``) runs in a fresh bubblewrap sandbox over that copy, ``read_file`` and
-``edit_file`` run on the host with their paths confined to it. ``submit`` grades the copy against
-the hidden tests (fresh sandbox on a further copy, hidden files restored: see ``grading.py``) and
-scores it in [0, 1]; the episode's reward over its submissions follows a :class:`RewardRule`.
+``edit_file`` run on the host with their paths confined to it. A command's writes are bounded by
+``limits.workspace_bytes`` (see ``sandbox.py``). ``submit`` grades the agent's change to the
+package's source files against the hidden tests (on the pristine repository, in a fresh sandbox;
+see ``grading.py``) and scores it in [0, 1]; the episode's reward over its submissions follows a
+:class:`RewardRule`.
 
 ``step`` returns ``(observation, reward, terminated, truncated, info)``:
 

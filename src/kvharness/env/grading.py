@@ -1,55 +1,84 @@
-"""Grade a repository against a task's hidden tests, with partial credit.
+"""Grade an agent's change against a task's hidden tests, with partial credit.
 
-:meth:`Grader.grade` takes the agent's repository (never modified), and
+:meth:`Grader.grade` (blocking) and :meth:`Grader.agrade` (asyncio) take the agent's repository,
+never modify it and never follow a link in it, and
 
-1. compares its protected files with the task snapshot: any added, changed or deleted test file
-   (``test_*.py``, ``*_test.py``, anything under a ``tests``/``test`` folder), ``conftest.py``,
-   pytest configuration (``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``), or a new
-   top-level module that would shadow an installed one (``pytest.py``, ``sitecustomize.py``...)
-   marks the submission *tampered*, and it scores 0;
-2. copies the repository to a fresh folder, restores the snapshot's protected files and lays the
-   hidden test files over it (so deleted or edited tests are back as they were);
-3. runs FAIL_TO_PASS + PASS_TO_PASS in a fresh sandbox (pytest, junit XML report) and reads each
-   test's outcome; a test that did not report (not collected, crashed run, timeout) has failed.
+1. **grade what the agent changed, nothing else:** build a fresh tree from the task's pristine
+   repository, apply only the agent's change to the package's text source files and lay the hidden
+   tests over it (``workspace.py`` defines those files precisely). Every other change the agent
+   made is dropped; one the test process would have taken (a test file, ``conftest.py``, pytest
+   configuration, packaging metadata, ``.pth``, ``sitecustomize``, bytecode, a shadowing module, a
+   symbolic link...) is reported in ``tampered`` and scores 0. Scratch files are simply not graded;
+2. **check the change itself:** the added and changed lines of the carried ``.py`` files are read
+   with ``ast`` for code that reaches the test framework or the interpreter's exit, import or frame
+   machinery (``scan.py``; a task may allow listed constructs in ``task.json`` ``scan_allow``);
+   each finding is reported in ``tampered`` as ``FILE:LINE: reason`` and scores 0;
+3. **run the tests so that they take nothing from the repository but the code under test:** a
+   fresh sandbox runs FAIL_TO_PASS + PASS_TO_PASS with plugin autoloading off
+   (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``; the task's ``test_command`` names its plugins), no
+   configuration file (``-c /dev/null``, ``--rootdir`` the tree), no bytecode written or taken, and
+   the junit report written to a folder the grader creates for this run alone, mounted outside the
+   repository tree; the report is opened without following links, only if it is a regular file
+   under :data:`MAX_REPORT_BYTES`, and parsed off the event loop in :meth:`Grader.agrade`;
+4. **detect what one process cannot prevent:** canary tests with names drawn at random for each
+   grading run in the same pytest process, beside the hidden tests: two must pass, two must fail.
+   A report in which they do not come out so was forged (the package's code patched pytest or
+   rewrote the report); the result is ``tampered`` and scores 0. A report that holds none of them
+   (pytest stopped before running any test) is not trusted at all: no test counts as reported.
 
-Score: the fraction of FAIL_TO_PASS tests passing, and 0 if any PASS_TO_PASS test does not pass.
+A test that did not report (not collected, crashed run, timeout) has failed. Score: the fraction
+of FAIL_TO_PASS tests passing; 0 if any PASS_TO_PASS test does not pass or anything is tampered.
 
-Known limit: the package's code runs inside the pytest process, so a hostile agent could patch
-pytest from the library it edits; the tampering check covers the files pytest reads, not that.
+Remaining limit: the package's code still runs inside the pytest process. An attack that forges
+only the outcomes of the task's own tests (their names are public, upstream) and not the canaries,
+written with constructs the scan does not know (plain file writes to the report path at a moment
+the package picks, say), is not caught; the scan's table is the place to close such a way once it
+is found. Conftest files and configuration of the *pristine* repository are trusted as they are.
 """
 
 from __future__ import annotations
 
-import filecmp
+import asyncio
 import json
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kvharness.env.sandbox import REPO_MOUNT, CommandResult, Limits, Sandbox, python_env_paths
-from kvharness.env.task import Task, safe_destination
+from kvharness.env.sandbox import CommandResult, Limits, Sandbox, python_env_paths
+from kvharness.env.scan import scan_changes
+from kvharness.env.task import Task
+from kvharness.env.workspace import Staged, installed_top_level, read_regular, stage
 
 __all__ = [
+    "MAX_REPORT_BYTES",
     "GradeResult",
     "Grader",
     "TestRun",
     "junit_key",
-    "protected_changes",
     "run_tests",
     "suite_python_env",
 ]
 
-_REPORT = ".kvh-junit.xml"
-_CONFIG_FILES = frozenset({"pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"})
-_SHADOW_EXTRA = frozenset({"sitecustomize", "usercustomize", "conftest"})
+MAX_REPORT_BYTES = 16 << 20
+"""A larger junit report is not read: every test in it counts as not reported."""
+
+_REPORT_MOUNT = "/kvh/report"
+_REPORT_FILE = "junit.xml"
 _PASSED = "passed"
+_TEST_ENV = {
+    "PYTHONHASHSEED": "0",
+    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONNOUSERSITE": "1",
+}
 
 
 def junit_key(nodeid: str) -> tuple[str, str]:
@@ -61,12 +90,19 @@ def junit_key(nodeid: str) -> tuple[str, str]:
     return ".".join(names[:-1]), names[-1]
 
 
-def _parse_junit(path: Path) -> dict[tuple[str, str], str]:
+_Outcomes = dict[tuple[str, str], str]
+
+
+def _parse_junit(data: bytes | None) -> tuple[_Outcomes, dict[tuple[str, str], str]] | None:
+    """Outcome and failure message per (classname, name); None when there is no readable report."""
+    if data is None:
+        return None
     try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return {}
-    outcomes: dict[tuple[str, str], str] = {}
+        root = ET.fromstring(data)
+    except ET.ParseError:
+        return None
+    outcomes: _Outcomes = {}
+    messages: dict[tuple[str, str], str] = {}
     for case in root.iter("testcase"):
         key = (case.get("classname", ""), case.get("name", ""))
         tags = {child.tag for child in case}
@@ -81,56 +117,98 @@ def _parse_junit(path: Path) -> dict[tuple[str, str], str]:
         # A test reported twice (call failed, then teardown error) keeps its worst outcome.
         if outcomes.get(key, _PASSED) == _PASSED:
             outcomes[key] = outcome
-    return outcomes
-
-
-def _messages(path: Path) -> dict[tuple[str, str], str]:
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError):
-        return {}
-    out: dict[tuple[str, str], str] = {}
-    for case in root.iter("testcase"):
         for child in case:
             if child.tag in ("failure", "error"):
-                key = (case.get("classname", ""), case.get("name", ""))
-                out.setdefault(key, child.get("message") or (child.text or "")[:500])
-    return out
+                messages.setdefault(key, child.get("message") or (child.text or "")[:500])
+    return outcomes, messages
 
 
 @dataclass(frozen=True, slots=True)
 class TestRun:
     """Outcome of running a list of node ids once: ``outcomes[nodeid]`` is passed / failed /
-    error / skipped / missing; ``messages[nodeid]`` the failure message where there is one."""
+    error / skipped / missing; ``messages[nodeid]`` the failure message where there is one;
+    ``reported`` whether a readable report came back at all."""
 
     __test__ = False  # not a pytest test class
 
     outcomes: dict[str, str]
     messages: dict[str, str]
     command: CommandResult
+    reported: bool = True
 
     def passed(self, nodeid: str) -> bool:
         return self.outcomes.get(nodeid) == _PASSED
 
 
-def _pytest_argv(
-    task_command: Sequence[str], nodeids: Iterable[str], extra: Sequence[str]
-) -> list[str]:
-    return [
-        *task_command,
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """One sandboxed pytest run, ready to start: ``report`` is the host path of its junit file."""
+
+    sandbox: Sandbox
+    argv: list[str]
+    env: dict[str, str]
+    report: Path
+    nodeids: tuple[str, ...]
+
+
+def _plan(
+    repo: Path,
+    report_dir: Path,
+    nodeids: Sequence[str],
+    *,
+    python_path: Sequence[str],
+    test_command: Sequence[str],
+    ro_paths: Sequence[Path],
+    limits: Limits | None,
+    unsafe: bool,
+    extra_args: Sequence[str],
+) -> _Planned:
+    """The run of ``nodeids`` on ``repo`` with its report in ``report_dir`` (a fresh folder that
+    nothing in ``repo`` can reach; any report already there is removed)."""
+    sandbox = Sandbox(
+        repo,
+        ro_paths=ro_paths,
+        limits=limits,
+        unsafe=unsafe,
+        persist=False,
+        exports=[(report_dir, _REPORT_MOUNT)],
+    )
+    report = report_dir / _REPORT_FILE
+    report.unlink(missing_ok=True)
+    root = sandbox.workdir
+    argv = [
+        *test_command,
         "-q",
-        "-o",
-        "addopts=",
+        "-c",
+        "/dev/null",
+        f"--rootdir={root}",
         "-o",
         "junit_family=xunit1",
-        f"--junitxml={REPO_MOUNT}/{_REPORT}",
-        *extra,
+        "--continue-on-collection-errors",
+        f"--junitxml={sandbox.path_of(report_dir)}/{_REPORT_FILE}",
+        *extra_args,
         *nodeids,
     ]
+    pythonpath = ":".join(os.path.normpath(f"{root}/{p}") for p in python_path)
+    env = {**_TEST_ENV, "PYTHONPATH": pythonpath}
+    return _Planned(sandbox, argv, env, report, tuple(nodeids))
 
 
-def _pythonpath(root: str, python_path: Sequence[str]) -> str:
-    return ":".join(os.path.normpath(f"{root}/{p}") for p in python_path)
+def _collect(plan: _Planned, result: CommandResult) -> TestRun:
+    parsed = _parse_junit(read_regular(plan.report, MAX_REPORT_BYTES))
+    by_key, messages = parsed if parsed is not None else ({}, {})
+    outcomes: dict[str, str] = {}
+    texts: dict[str, str] = {}
+    if plan.nodeids:
+        for nid in plan.nodeids:
+            key = junit_key(nid)
+            outcomes[nid] = by_key.get(key, "missing")
+            if key in messages:
+                texts[nid] = messages[key]
+    else:  # selection by extra_args: report every test under its junit key
+        for (cls, name), outcome in by_key.items():
+            outcomes[f"{cls}::{name}"] = outcome
+    return TestRun(outcomes, texts, result, parsed is not None)
 
 
 def run_tests(
@@ -144,100 +222,88 @@ def run_tests(
     unsafe: bool = False,
     extra_args: Sequence[str] = (),
 ) -> TestRun:
-    """Run pytest on ``nodeids`` (or whatever ``extra_args`` select) in a sandbox over ``repo``.
-
-    ``repo`` is used in place (the junit report is written into it, and tests may write files):
-    pass a copy. Every requested node id gets an outcome; unreported ones are ``missing``.
-    """
-    sandbox = Sandbox(repo, ro_paths=ro_paths, limits=limits, unsafe=unsafe)
-    report = repo / _REPORT
-    report.unlink(missing_ok=True)
-    argv = _pytest_argv(test_command, nodeids, extra_args)
-    if unsafe:
-        argv = [a.replace(f"{REPO_MOUNT}/", f"{repo}/") for a in argv]
-    env = {"PYTHONPATH": _pythonpath(sandbox.workdir, python_path), "PYTHONHASHSEED": "0"}
-    result = sandbox.run(argv, env=env)
-    return _collect(report, nodeids, result)
-
-
-def _collect(report: Path, nodeids: Sequence[str], result: CommandResult) -> TestRun:
-    by_key = _parse_junit(report)
-    messages = _messages(report)
-    outcomes: dict[str, str] = {}
-    texts: dict[str, str] = {}
-    if nodeids:
-        for nid in nodeids:
-            key = junit_key(nid)
-            outcomes[nid] = by_key.get(key, "missing")
-            if key in messages:
-                texts[nid] = messages[key]
-    else:  # selection by extra_args: report every test under its junit key
-        for (cls, name), outcome in by_key.items():
-            outcomes[f"{cls}::{name}"] = outcome
-    return TestRun(outcomes, texts, result)
+    """Run pytest on ``nodeids`` (or whatever ``extra_args`` select) in a sandbox over ``repo``,
+    as grading does (see the module docstring). ``repo`` is used in place (tests may write files
+    in it): pass a copy. Every requested node id gets an outcome; unreported ones are
+    ``missing``."""
+    with tempfile.TemporaryDirectory(prefix="kvh-report-") as report_dir:
+        plan = _plan(
+            repo,
+            Path(report_dir),
+            nodeids,
+            python_path=python_path,
+            test_command=test_command,
+            ro_paths=ro_paths,
+            limits=limits,
+            unsafe=unsafe,
+            extra_args=extra_args,
+        )
+        return _collect(plan, plan.sandbox.run(plan.argv, env=plan.env))
 
 
-# -- tampering -------------------------------------------------------------------------------
+# -- canaries --------------------------------------------------------------------------------
 
 
-def _is_protected(rel: str) -> bool:
-    parts = rel.split("/")
-    name = parts[-1]
-    if name in _CONFIG_FILES and len(parts) == 1:
-        return True
-    if name == "conftest.py" or name.startswith("test_") or name.endswith("_test.py"):
-        return True
-    return any(p in ("tests", "test", "testing") for p in parts[:-1])
+@dataclass(frozen=True, slots=True)
+class _Canaries:
+    """Tests with random names in one module at the tree's root: ``must_pass`` / ``must_fail``
+    node ids. Written fresh for each grading."""
 
+    module: str
+    must_pass: tuple[str, str]
+    must_fail: tuple[str, str]
 
-def _files(root: Path) -> dict[str, Path]:
-    out: dict[str, Path] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", ".git")]
-        for name in filenames:
-            full = Path(dirpath) / name
-            out[full.relative_to(root).as_posix()] = full
-    return out
+    @classmethod
+    def draw(cls) -> _Canaries:
+        module = f"test_{secrets.token_hex(6)}.py"
+        names = [f"test_{secrets.token_hex(6)}" for _ in range(4)]
+        return cls(
+            module,
+            (f"{module}::{names[0]}", f"{module}::{names[1]}"),
+            (f"{module}::{names[2]}", f"{module}::{names[3]}"),
+        )
 
+    def source(self) -> str:
+        a, b = secrets.randbelow(1000) + 1, secrets.randbelow(1000) + 1
+        p1, p2 = (t.split("::")[1] for t in self.must_pass)
+        f1, f2 = (t.split("::")[1] for t in self.must_fail)
+        return (
+            f"def {p1}():\n    assert {a} + {b} == {a + b}\n\n\n"
+            f"def {f1}():\n    assert {a} == {a + b}\n\n\n"
+            f"def {f2}():\n    raise RuntimeError({b})\n\n\n"
+            f"def {p2}():\n    pass\n"
+        )
 
-def _installed_top_level(ro_paths: Sequence[Path]) -> frozenset[str]:
-    names = set(sys.stdlib_module_names) | _SHADOW_EXTRA
-    for base in ro_paths:
-        for site in base.glob("lib/python3*/site-packages"):
-            for entry in site.iterdir():
-                stem = entry.name.split(".")[0].split("-")[0]
-                if entry.suffix in (".py", "") or entry.is_dir():
-                    names.add(stem)
-    return frozenset(names)
+    def order(self, tests: Sequence[str]) -> list[str]:
+        """Node ids to run: canaries on both sides of ``tests``."""
+        return [self.must_pass[0], self.must_fail[0], *tests, self.must_fail[1], self.must_pass[1]]
 
+    def screen(self, run: TestRun) -> TestRun:
+        """``run``, or, when its report holds none of the canaries (pytest stopped before running
+        any test: a module of the hidden tests failed to import), the run with no test reported:
+        outcomes from a report without canaries are not trusted."""
+        if all(run.outcomes[t] == "missing" for t in (*self.must_pass, *self.must_fail)):
+            return replace(run, outcomes=dict.fromkeys(run.outcomes, "missing"), reported=False)
+        return run
 
-def protected_changes(
-    snapshot: Path,
-    repo: Path,
-    *,
-    python_path: Sequence[str] = (".",),
-    shadowed: frozenset[str] = frozenset(),
-) -> list[str]:
-    """Repo-relative paths where ``repo`` differs from ``snapshot`` in a way that can change
-    what the tests see (see the module docstring); empty when the submission is clean."""
-    before, after = _files(snapshot), _files(repo)
-    changed: list[str] = []
-    for rel in sorted(set(before) | set(after)):
-        if not _is_protected(rel) and not rel.endswith(".pth"):
-            continue
-        a, b = before.get(rel), after.get(rel)
-        if a is None or b is None or not filecmp.cmp(a, b, shallow=False):
-            changed.append(rel)
-    roots = {os.path.normpath(p) for p in python_path} | {"."}
-    for rel in sorted(set(after) - set(before)):
-        for root in roots:
-            if root != "." and not rel.startswith(root + "/"):
-                continue
-            sub = rel if root == "." else rel[len(root) + 1 :]
-            first = sub.split("/")[0]
-            if first.removesuffix(".py") in shadowed and (first.endswith(".py") or "/" in sub):
-                changed.append(rel)
-    return sorted(set(changed))
+    def verdict(self, run: TestRun) -> list[str]:
+        """Why the run's report cannot be trusted (empty: the canaries came out as they must).
+        A run with no report has no outcome to forge and scores 0 anyway."""
+        if not run.reported:
+            return []
+        out = [
+            f"canary test {i + 1} (must pass) came out {run.outcomes[t]}: the test outcomes were "
+            "forged by code in the test process"
+            for i, t in enumerate(self.must_pass)
+            if run.outcomes[t] != _PASSED
+        ]
+        out += [
+            f"canary test {i + 3} (must fail) came out {run.outcomes[t]}: the test outcomes were "
+            "forged by code in the test process"
+            for i, t in enumerate(self.must_fail)
+            if run.outcomes[t] != "failed"
+        ]
+        return out
 
 
 # -- grader ----------------------------------------------------------------------------------
@@ -246,8 +312,9 @@ def protected_changes(
 @dataclass(frozen=True, slots=True)
 class GradeResult:
     """One grading. ``score`` in [0, 1]; ``fail_to_pass`` / ``pass_to_pass`` map node id to
-    outcome; ``tampered`` lists protected paths the agent changed (non-empty means score 0);
-    ``duration_s`` is the whole grading (copy + sandboxed test run), wall seconds."""
+    outcome; ``tampered``: one human-readable line per reason the submission was rejected (naming
+    the file and line, or the canary, and why), non-empty means score 0; ``duration_s`` is the whole
+    grading (staging + sandboxed test run), wall seconds."""
 
     score: float
     fail_to_pass: dict[str, str]
@@ -268,7 +335,8 @@ class GradeResult:
     def summary(self) -> str:
         """One line for an observation (no hidden test names)."""
         if self.tampered:
-            return f"score 0: test files or test configuration were modified ({len(self.tampered)} paths)"
+            more = f" (and {len(self.tampered) - 1} more)" if len(self.tampered) > 1 else ""
+            return f"score 0: the submission was rejected as tampered: {self.tampered[0]}{more}"
         text = f"{self.passed_fail_to_pass}/{len(self.fail_to_pass)} target tests pass"
         broken = len(self.broken_pass_to_pass)
         if broken:
@@ -291,10 +359,21 @@ def suite_python_env(task: Task) -> tuple[Path, ...]:
     return python_env_paths(Path(sys.prefix))
 
 
+@dataclass(frozen=True, slots=True)
+class _Grading:
+    """A staged grading: the folder to remove afterwards, the run, its canaries, and the
+    tamper findings known before the run."""
+
+    folder: Path
+    plan: _Planned
+    canaries: _Canaries
+    tampered: tuple[str, ...]
+
+
 class Grader:
     """Grades repositories for one task. ``python_env``: host paths mounted read-only for the test
     run (default :func:`suite_python_env`). ``limits``: sandbox limits (the timeout is raised to
-    ``timeout_s``). ``workdir``: where grading copies go (default: the system temp dir)."""
+    ``timeout_s``). ``workdir``: where grading trees go (default: the system temp dir)."""
 
     def __init__(
         self,
@@ -314,29 +393,37 @@ class Grader:
         )
         self.unsafe = unsafe
         self.workdir = workdir
-        self._shadowed = _installed_top_level(self.python_env)
+        self._shadowed = installed_top_level(self.python_env)
 
-    def _stage(self, repo: Path) -> tuple[Path, list[str]]:
+    def _stage(self, repo: Path) -> _Grading:
         task = self.task
-        tampered = protected_changes(
-            task.repo_dir, repo, python_path=task.python_path, shadowed=self._shadowed
-        )
-        tmp = Path(tempfile.mkdtemp(prefix=f"kvh-grade-{task.id}-", dir=self.workdir))
-        copy = tmp / "repo"
-        shutil.copytree(
-            repo, copy, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__")
-        )
-        snapshot = _files(task.repo_dir)
-        for rel in tampered:  # put protected files back as they were (even though score is 0)
-            dest = safe_destination(copy, rel)
-            if rel in snapshot:
-                shutil.copyfile(snapshot[rel], dest)
-        for rel, src in _files(task.hidden_dir).items():
-            shutil.copyfile(src, safe_destination(copy, rel))
-        return copy, tampered
+        folder = Path(tempfile.mkdtemp(prefix=f"kvh-grade-{task.id}-", dir=self.workdir))
+        try:
+            staged: Staged = stage(task, repo, folder / "repo", shadowed=self._shadowed)
+            findings = scan_changes(staged.changes, task.scan_allow)
+            canaries = _Canaries.draw()
+            (staged.tree / canaries.module).write_text(canaries.source())
+            (folder / "report").mkdir(mode=0o700)
+            plan = _plan(
+                staged.tree,
+                folder / "report",
+                canaries.order(task.tests),
+                python_path=task.python_path,
+                test_command=task.test_command,
+                ro_paths=self.python_env,
+                limits=self.limits,
+                unsafe=self.unsafe,
+                extra_args=(),
+            )
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return _Grading(folder, plan, canaries, (*staged.tampered, *findings))
 
-    def _result(self, run: TestRun, tampered: list[str], start: float) -> GradeResult:
+    def _result(self, grading: _Grading, run: TestRun, start: float) -> GradeResult:
         task = self.task
+        run = grading.canaries.screen(run)
+        tampered = (*grading.tampered, *grading.canaries.verdict(run))
         f2p = {t: run.outcomes[t] for t in task.fail_to_pass}
         p2p = {t: run.outcomes[t] for t in task.pass_to_pass}
         passed = sum(o == _PASSED for o in f2p.values())
@@ -347,7 +434,7 @@ class Grader:
             score,
             f2p,
             p2p,
-            tuple(tampered),
+            tampered,
             time.perf_counter() - start,
             run.command.timed_out,
             log,
@@ -356,41 +443,23 @@ class Grader:
     def grade(self, repo: Path) -> GradeResult:
         """Grade ``repo`` (left untouched) in a fresh sandbox; blocking."""
         start = time.perf_counter()
-        copy, tampered = self._stage(repo)
+        grading = self._stage(repo)
         try:
-            run = run_tests(
-                copy,
-                self.task.tests,
-                python_path=self.task.python_path,
-                test_command=self.task.test_command,
-                ro_paths=self.python_env,
-                limits=self.limits,
-                unsafe=self.unsafe,
-            )
+            plan = grading.plan
+            run = _collect(plan, plan.sandbox.run(plan.argv, env=plan.env))
         finally:
-            shutil.rmtree(copy.parent, ignore_errors=True)
-        return self._result(run, tampered, start)
+            shutil.rmtree(grading.folder, ignore_errors=True)
+        return self._result(grading, run, start)
 
     async def agrade(self, repo: Path) -> GradeResult:
-        """:meth:`grade` for asyncio (the copy runs in a thread, the tests as a subprocess)."""
-        import asyncio
-
+        """:meth:`grade` for asyncio: staging, reading the report and clean-up run in threads,
+        the tests as a subprocess, so the event loop never waits on the agent's files."""
         start = time.perf_counter()
-        copy, tampered = await asyncio.to_thread(self._stage, repo)
+        grading = await asyncio.to_thread(self._stage, repo)
         try:
-            sandbox = Sandbox(
-                copy, ro_paths=self.python_env, limits=self.limits, unsafe=self.unsafe
-            )
-            report = copy / _REPORT
-            argv = _pytest_argv(self.task.test_command, self.task.tests, ())
-            if self.unsafe:
-                argv = [a.replace(f"{REPO_MOUNT}/", f"{copy}/") for a in argv]
-            env = {
-                "PYTHONPATH": _pythonpath(sandbox.workdir, self.task.python_path),
-                "PYTHONHASHSEED": "0",
-            }
-            result = await sandbox.arun(argv, env=env)
-            run = _collect(report, self.task.tests, result)
+            plan = grading.plan
+            result = await plan.sandbox.arun(plan.argv, env=plan.env)
+            run = await asyncio.to_thread(_collect, plan, result)
         finally:
-            await asyncio.to_thread(shutil.rmtree, copy.parent, True)
-        return self._result(run, tampered, start)
+            await asyncio.to_thread(shutil.rmtree, grading.folder, True)
+        return self._result(grading, run, start)

@@ -6,10 +6,20 @@ caller names (the task venv and its Python installation, at their host paths); t
 of the repository, writable, at :data:`REPO_MOUNT`; a private ``/tmp``; nothing else of the host
 (no ``/root``, ``/home``, ``/work``, suite folders, hidden tests).
 
+The writable repository is a tmpfs of ``Limits.workspace_bytes`` the host copy is copied into at
+the start of each command: writes past it fail inside the sandbox ("No space left on device") and
+the command's output says the workspace is full. The host disk is never written by the sandbox:
+after the command, every process it left is killed and the sandbox streams a tar of the workspace
+through a pipe; the host keeps at most the quota (plus header slack) of it and puts it in place of
+its copy (``_save.py``), so an episode's folder never holds more than the quota. A tmpfs is memory:
+the quota is what a command may hold in RAM while it runs.
+
 Limits, per command: CPU seconds, address space, file size (``prlimit``) and a process count
-(RLIMIT_NPROC), plus a wall-clock timeout that SIGKILLs ``bwrap``; ``--die-with-parent`` and the PID
-namespace then take every process of the command with it. For the same reason nothing a command
-starts in the background outlives it: when the command exits, its PID namespace ends.
+(RLIMIT_NPROC), plus a wall-clock timeout enforced inside the sandbox (``timeout -s KILL``; the
+command keeps what it wrote), after which every other process of the command is killed before its
+files are saved. The host's own timer, 30 s later, SIGKILLs ``bwrap``; ``--die-with-parent`` and
+the PID namespace then take every process with it. Nothing a command starts in the background
+outlives it.
 
 RLIMIT_NPROC does not bind root, and ``bwrap --unshare-user`` run by root maps the sandbox user to
 host uid 0, so as root the command instead drops, inside the sandbox, to a host uid of its own
@@ -33,6 +43,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -40,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from kvharness.env._save import SaveStream
 from kvharness.errors import UserError
 
 __all__ = [
@@ -59,6 +71,42 @@ _UID_BASE = 1_700_000
 _uid_counter = itertools.count()
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _TRUNCATED = "\n[... output truncated: {n} more bytes ...]\n"
+_COPY_FROM = "/kvh/in"
+_TAR_SLACK = 64 << 20
+"""Bytes of tar headers allowed over the quota in a save stream (many small files)."""
+_SAVE_GRACE_S = 30.0
+"""Wall seconds a command's files have, past its timeout, to come back to the host."""
+_FULL_KIB = 256
+"""A workspace with less than this free after a command is reported full."""
+
+_WRAPPER = f"""
+fd=$1 timeout=$2 quota_mib=$3 n=$4
+shift 4
+saved=""
+while [ "$n" -gt 0 ]; do saved="$saved $1"; shift; n=$((n - 1)); done
+if [ "$fd" != - ]; then eval "exec 3>&$fd $fd>&-"; fi
+copied=0
+for f in {_COPY_FROM}/* {_COPY_FROM}/.[!.]* {_COPY_FROM}/..?*; do
+    if [ -e "$f" ] || [ -L "$f" ]; then cp -a "$f" {REPO_MOUNT}/ 2>/dev/null || copied=1; fi
+done
+if [ "$copied" != 0 ]; then
+    echo "kvharness: the repository does not fit in the workspace ($quota_mib MiB)" >&2
+fi
+timeout -s KILL "$timeout" "$@" 3>&-
+rc=$?
+kill -KILL -1 2>/dev/null
+kill -KILL -1 2>/dev/null
+free=$(df -Pk {REPO_MOUNT} 2>/dev/null | awk 'NR == 2 {{print $4}}')
+if [ "${{free:-{_FULL_KIB}}}" -lt {_FULL_KIB} ]; then
+    echo "kvharness: the workspace is full: it holds at most $quota_mib MiB, and writes past that \
+failed (No space left on device); delete files to make room" >&2
+fi
+if [ "$fd" != - ] && [ -n "$saved" ]; then tar -C / -cf - $saved >&3 2>/dev/null; fi
+exit $rc
+"""
+"""Runs inside the sandbox as the command's user, after the limits: copies the repository into
+the workspace tmpfs, runs the command under its wall-clock limit, kills whatever it left running,
+says when the workspace is full, and streams the saved folders to the host."""
 
 
 class SandboxUnavailable(UserError):
@@ -77,7 +125,10 @@ class Limits:
     output_bytes: int = 1 << 20
     """Captured stdout (and stderr), each; the rest is counted and dropped."""
     tmp_bytes: int = 512 << 20
-    """Size of the private /tmp (a tmpfs)."""
+    """Size of the private /tmp (a tmpfs), and of each exported folder."""
+    workspace_bytes: int = 256 << 20
+    """Size of the writable repository: a tmpfs of this size the repository is copied into for
+    each command; writes past it fail with "No space left on device"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +171,15 @@ def python_env_paths(venv: Path) -> tuple[Path, ...]:
 class Sandbox:
     """Runs commands against one repository copy. Not thread-safe per instance; cheap to create.
 
-    ``repo`` is the host folder of the episode's copy; commands may change it (and, as root, its
-    ownership is set to the sandbox's uid before every command). ``ro_paths`` are host paths made
-    visible read-only at the same path (a venv, see :func:`python_env_paths`). ``env`` replaces
+    ``repo`` is the host folder of the episode's copy. Commands work on a copy of it in a tmpfs of
+    ``limits.workspace_bytes``; when ``persist`` is true, the folder is replaced after each command
+    by what the command left (at most the quota, see ``_save.py``), else their changes are dropped
+    (a grading run). As root, ``repo``'s ownership is set to the sandbox's uid before every
+    command. ``ro_paths`` are host paths made visible read-only at the same path (a venv, see
+    :func:`python_env_paths`). ``exports`` are ``(host folder, sandbox path)`` pairs: the sandbox
+    path is a fresh tmpfs (``limits.tmp_bytes``) whose files are copied into the host folder after
+    each command (the grader's report; in unsafe mode commands write the host folder directly:
+    :meth:`path_of`). ``env`` replaces
     the host environment (``PATH``, ``HOME=/tmp``, ``LANG`` and ``PYTHONDONTWRITEBYTECODE`` are
     set unless given).
     """
@@ -135,9 +192,13 @@ class Sandbox:
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
         unsafe: bool = False,
+        persist: bool = True,
+        exports: Sequence[tuple[Path, str]] = (),
     ) -> None:
         self.repo = repo.resolve()
         self.ro_paths = tuple(Path(p).resolve() for p in ro_paths)
+        self.persist = persist
+        self.exports = tuple((Path(h).resolve(), d) for h, d in exports)
         self.limits = limits or Limits()
         self.unsafe = unsafe
         self._as_root = os.geteuid() == 0
@@ -172,6 +233,14 @@ class Sandbox:
         """The repository's path as commands see it."""
         return str(self.repo) if self.unsafe else REPO_MOUNT
 
+    def path_of(self, host: Path) -> str:
+        """Where commands see the host folder ``host`` of :attr:`exports`."""
+        host = host.resolve()
+        for bound, dest in self.exports:
+            if host == bound or host.is_relative_to(bound):
+                return str(host) if self.unsafe else dest + str(host)[len(str(bound)) :]
+        raise ValueError(f"{host} is not mounted in the sandbox")
+
     # -- command line -------------------------------------------------------------------------
 
     def _limit_argv(self) -> list[str]:
@@ -186,11 +255,20 @@ class Sandbox:
             "--",
         ]
 
-    def argv(self, command: str | Sequence[str]) -> list[str]:
-        """The full host argv that runs ``command`` (a shell string or an argv) in the sandbox."""
+    def argv(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        save_fd: int | None = None,
+    ) -> list[str]:
+        """The full host argv that runs ``command`` (a shell string or an argv) in the sandbox,
+        with a wall-clock limit of ``timeout_s`` (default ``limits.timeout_s``), writing the saved
+        folders as a tar stream to the inherited descriptor ``save_fd`` when given."""
         cmd = ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
         if self.unsafe:
             return cmd
+        lim = self.limits
         args = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         args += ["--hostname", "sandbox", "--die-with-parent", "--new-session"]
         if not self._as_root:
@@ -205,17 +283,23 @@ class Sandbox:
                 args += ["--ro-bind", link, link]
                 bound.append(host)
         args += ["--dev", "/dev", "--proc", "/proc"]
-        args += ["--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        args += ["--perms", "1777", "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp"]
         made: set[Path] = {Path("/"), Path("/tmp")}
-        mounts = [(p, p, True) for p in self.ro_paths] + [(self.repo, Path(REPO_MOUNT), False)]
-        for host, dest, read_only in mounts:
+        mounts: list[tuple[str, str, Path]] = [("--ro-bind", str(p), p) for p in self.ro_paths]
+        mounts.append(("--ro-bind", str(self.repo), Path(_COPY_FROM)))
+        mounts.append((str(lim.workspace_bytes), "", Path(REPO_MOUNT)))
+        mounts += [(str(lim.tmp_bytes), "", Path(dest)) for _, dest in self.exports]
+        for kind, host_path, dest in mounts:
             if any(dest.is_relative_to(b) for b in bound):
                 continue
             for parent in reversed(dest.parents):
                 if parent not in made and not any(parent.is_relative_to(b) for b in bound):
                     args += ["--perms", "0755", "--dir", str(parent)]
                     made.add(parent)
-            args += ["--ro-bind" if read_only else "--bind", str(host), str(dest)]
+            if kind == "--ro-bind":
+                args += [kind, host_path, str(dest)]
+            else:
+                args += ["--perms", "0777", "--size", kind, "--tmpfs", str(dest)]
             bound.append(dest)
         args += ["--chdir", REPO_MOUNT]
         if self._as_root:
@@ -226,11 +310,19 @@ class Sandbox:
             args += ["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
         else:
             args += ["--"]
-        return args + self._limit_argv() + cmd
+        saved = ([REPO_MOUNT] if self.persist else []) + [d for _, d in self.exports]
+        timeout = lim.timeout_s if timeout_s is None else timeout_s
+        fd = "-" if save_fd is None else str(save_fd)
+        wrapper = ["/bin/bash", "-c", _WRAPPER, "kvh-sandbox", fd, f"{timeout:g}"]
+        wrapper += [str(lim.workspace_bytes >> 20), str(len(saved))]
+        wrapper += [p.lstrip("/") for p in saved]
+        return args + self._limit_argv() + wrapper + cmd
 
     def _prepare(self) -> None:
         if self._as_root and not self.unsafe:
             _chown_tree(self.repo, self._uid)
+            for host, _ in self.exports:
+                _chown_tree(host, self._uid)
 
     def _preexec(self) -> None:  # unsafe mode only: the rlimits without a sandbox
         lim = self.limits
@@ -249,6 +341,50 @@ class Sandbox:
 
     # -- running ------------------------------------------------------------------------------
 
+    def _save_stream(self) -> SaveStream | None:
+        """The stream a command's saved folders come back through (None: nothing to save)."""
+        if self.unsafe or not (self.persist or self.exports):
+            return None
+        cap = (self.limits.workspace_bytes if self.persist else 0) + _TAR_SLACK
+        return SaveStream(self.repo.parent, cap + len(self.exports) * self.limits.tmp_bytes)
+
+    def _finish(
+        self, save: SaveStream | None, returncode: int, start: float, timeout: float, killed: bool
+    ) -> tuple[int, bool, str]:
+        """After a command: put its saved folders in place; returns the return code, whether the
+        command timed out, and a note for its stderr."""
+        duration = time.perf_counter() - start
+        timed_out = killed or (returncode == 128 + signal.SIGKILL and duration >= timeout)
+        note = ""
+        if save is not None:
+            problem = self._restore(save)
+            if problem:
+                note = (
+                    f"\nkvharness: the command's changes to the repository were lost: {problem}\n"
+                )
+        return (-signal.SIGKILL if timed_out else returncode), timed_out, note
+
+    def _restore(self, save: SaveStream) -> str | None:
+        landing = Path(tempfile.mkdtemp(prefix=".kvh-land-", dir=self.repo.parent))
+        try:
+            problem = save.extract(landing)
+            if problem is not None:
+                return problem
+            for host, dest in self.exports:
+                got = landing / dest.lstrip("/")
+                for entry in got.iterdir() if got.is_dir() else ():
+                    os.rename(entry, host / entry.name)
+            if self.persist:
+                new = landing / REPO_MOUNT.lstrip("/")
+                if new.is_symlink() or not new.is_dir():
+                    return "the saved files hold no repository"
+                old = landing / "old"
+                os.rename(self.repo, old)
+                os.rename(new, self.repo)
+            return None
+        finally:
+            shutil.rmtree(landing, ignore_errors=True)
+
     def run(
         self,
         command: str | Sequence[str],
@@ -261,14 +397,20 @@ class Sandbox:
         for the command's own failure. Output is decoded as UTF-8 (with replacement) and capped."""
         timeout = self.limits.timeout_s if timeout_s is None else timeout_s
         self._prepare()
+        save = self._save_stream()
         start = time.perf_counter()
         proc = subprocess.Popen(
-            self.argv(command),
+            self.argv(command, timeout_s=timeout, save_fd=save.write_fd if save else None),
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            pass_fds=(save.write_fd,) if save else (),
             **self._popen_kwargs(env),  # type: ignore[call-overload]
         )
+        saving = None
+        if save is not None:
+            save.sent()
+            saving = save.drain()
         out = _CappedReader(proc.stdout, self.limits.output_bytes)
         err = _CappedReader(proc.stderr, self.limits.output_bytes)
         if stdin is not None and proc.stdin is not None:
@@ -285,13 +427,22 @@ class Sandbox:
             expired.set()
             _kill_group(proc.pid)
 
-        timer = threading.Timer(timeout, kill)
+        timer = threading.Timer(self._backstop(timeout), kill)
         timer.start()
         proc.wait()
         timer.cancel()
-        timed_out = expired.is_set()
+        if saving is not None:
+            saving.join()
+        code, timed_out, note = self._finish(
+            save, proc.returncode, start, timeout, expired.is_set()
+        )
         duration = time.perf_counter() - start
-        return CommandResult(proc.returncode, out.text(), err.text(), duration, timed_out)
+        return CommandResult(code, out.text(), err.text() + note, duration, timed_out)
+
+    def _backstop(self, timeout: float) -> float:
+        """The host's own wall-clock limit: the sandbox enforces ``timeout`` itself and then has
+        time to save the command's files (unsafe mode has no sandbox: ``timeout`` exactly)."""
+        return timeout if self.unsafe else timeout + _SAVE_GRACE_S
 
     async def arun(
         self,
@@ -302,32 +453,43 @@ class Sandbox:
     ) -> CommandResult:
         """:meth:`run` for asyncio: many sandboxes can run concurrently on one event loop."""
         timeout = self.limits.timeout_s if timeout_s is None else timeout_s
-        self._prepare()
+        await asyncio.to_thread(self._prepare)
+        save = self._save_stream()
         start = time.perf_counter()
-        argv = self.argv(command)
+        argv = self.argv(command, timeout_s=timeout, save_fd=save.write_fd if save else None)
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            pass_fds=(save.write_fd,) if save else (),
             **self._popen_kwargs(env),  # type: ignore[arg-type]
         )
+        saving = None
+        if save is not None:
+            save.sent()
+            saving = asyncio.ensure_future(save.adrain())
         assert proc.stdout is not None and proc.stderr is not None
         readers = asyncio.gather(
             _read_capped(proc.stdout, self.limits.output_bytes),
             _read_capped(proc.stderr, self.limits.output_bytes),
         )
-        timed_out = False
+        killed = False
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
+            await asyncio.wait_for(proc.wait(), self._backstop(timeout))
         except TimeoutError:
-            timed_out = True
+            killed = True
             _kill_group(proc.pid)
             await proc.wait()
         out, err = await readers
-        duration = time.perf_counter() - start
+        if saving is not None:
+            await saving
         assert proc.returncode is not None
-        return CommandResult(proc.returncode, out, err, duration, timed_out)
+        code, timed_out, note = await asyncio.to_thread(
+            self._finish, save, proc.returncode, start, timeout, killed
+        )
+        duration = time.perf_counter() - start
+        return CommandResult(code, out, err + note, duration, timed_out)
 
 
 def _kill_group(pid: int) -> None:

@@ -13,7 +13,8 @@ On disk a *suite* is a directory with one folder per task::
 
 The agent's view is a copy of ``repo/`` only. ``hidden/`` and ``fix/`` and ``task.json`` (which
 holds FAIL_TO_PASS / PASS_TO_PASS and the mutation) stay outside every sandbox the agent runs in;
-grading copies ``hidden/`` into a fresh copy of the agent's repository (see ``grading.py``).
+grading lays ``hidden/`` over a fresh copy of ``repo/`` that carries only the agent's change to the
+package's source files (see ``grading.py``).
 
 Test ids are pytest node ids relative to the repository root (``tests/test_x.py::TestA::test_b``).
 """
@@ -70,7 +71,10 @@ class Task:
 
     ``python_path`` lists repo-relative directories that must be on ``PYTHONPATH`` for the package
     to import (``"."`` for a flat layout, ``"src"`` for a src layout). ``test_command`` is the argv
-    prefix that runs pytest inside the sandbox; node ids are appended to it.
+    prefix that runs pytest inside the sandbox; node ids are appended to it. ``scan_allow`` lists
+    keys of :data:`kvharness.env.scan.FORBIDDEN` the package legitimately needs in its own code
+    (e.g. ``["threading"]``): the grader's scan of the agent's change does not report those
+    (``task.json`` key ``scan_allow``, optional, default none).
     """
 
     id: str
@@ -83,6 +87,7 @@ class Task:
     mutation: Mutation
     python_path: tuple[str, ...] = (".",)
     test_command: tuple[str, ...] = ("python", "-m", "pytest", "-p", "no:cacheprovider")
+    scan_allow: tuple[str, ...] = ()
     root: Path = field(default=Path("."), compare=False)
 
     def __post_init__(self) -> None:
@@ -126,7 +131,8 @@ class Task:
         doc = asdict(self)
         doc.pop("root")
         doc = {"format": TASK_FORMAT, "version": _VERSION, **doc}
-        for key in ("fail_to_pass", "pass_to_pass", "hidden_files", "python_path", "test_command"):
+        keys = ("fail_to_pass", "pass_to_pass", "hidden_files", "python_path", "test_command")
+        for key in (*keys, "scan_allow"):
             doc[key] = list(doc[key])
         return doc
 
@@ -193,6 +199,7 @@ def load_task(folder: Path) -> Task:
             mutation=mutation,
             python_path=_tuple_of_str(doc, "python_path", str(path)),
             test_command=_tuple_of_str(doc, "test_command", str(path)),
+            scan_allow=_tuple_of_str({"scan_allow": [], **doc}, "scan_allow", str(path)),
             root=folder,
         )
     except (KeyError, TypeError, ValueError) as exc:
