@@ -15,11 +15,12 @@ cluster; the simulator writes them). Reports are always recomputed from ``record
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, NamedTuple, overload
@@ -279,10 +280,22 @@ def _builtins(config: Any) -> dict[str, Any]:
     return data
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A temporary path to write; it replaces ``path`` when the block succeeds and is removed when
+    it fails, so a failed write leaves neither a partial file nor a ``.tmp``."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    with _replacing(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_run_report(
@@ -308,9 +321,8 @@ def write_run_report(
     if records is None:
         records = read_run_records(path / RECORDS)
     else:
-        tmp = path / (RECORDS + ".tmp")
-        write_records(tmp, records)
-        os.replace(tmp, path / RECORDS)
+        with _replacing(path / RECORDS) as tmp:
+            write_records(tmp, records)
     cfg = _builtins(config)
     if deadline is not None:
         cfg["deadline"] = deadline
