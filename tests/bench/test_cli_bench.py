@@ -136,3 +136,19 @@ def test_every_option_has_help(capsys: pytest.CaptureFixture[str]) -> None:
     for opt in ("--target", "--workload", "--mode", "--resume", "--rate", "--concurrency",
                 "--max-attempts", "--http-client", "--vocab-size"):  # fmt: skip
         assert opt in out
+
+
+def test_resume_with_damaged_metrics_fails_before_any_request(
+    tmp_path: Path, stub: StubServer, agent_workload_file: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    run = tmp_path / "run"
+    assert main(_bench(stub, agent_workload_file, run)) == 0
+    (run / "metrics.json").write_text('[{"before": ')
+    capsys.readouterr()
+    before = stub.stats.requests
+    assert main(["bench", "--resume", str(run), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kvharness bench: error: {run / 'metrics.json'}:1: bad JSON")
+    assert len(err.splitlines()) == 1 and stub.stats.requests == before
+    assert sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp")) == []

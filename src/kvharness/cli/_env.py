@@ -248,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
     from kvharness.env.harness.record import read_rollouts, rollout_line, to_workload
     from kvharness.env.reward import parse_rule
     from kvharness.env.sandbox import Limits
+    from kvharness.files import replacing
     from kvharness.jsonl import open_append
     from kvharness.workload.format import save
     from kvharness.workload.tokenize import load_tokenizer
@@ -279,7 +280,8 @@ def run(args: argparse.Namespace) -> int:
         resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
         resolved.pop("func", None)
         resolved["tasks_run"] = [t.id for t in tasks]
-        (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+        with replacing(out / "config.json") as tmp:
+            tmp.write_text(json.dumps(resolved, indent=2) + "\n")
 
     rollouts = open_append(out / ROLLOUTS)
     previous = read_rollouts(out / ROLLOUTS) if args.resume is not None else []

@@ -15,12 +15,10 @@ cluster; the simulator writes them). Reports are always recomputed from ``record
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import json
-import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, NamedTuple, overload
@@ -30,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvharness.errors import FormatError, UserError
+from kvharness.files import replacing
 from kvharness.report.html import write_html
 from kvharness.report.metrics import Summary, summarise
 from kvharness.report.records import TurnRecord, write_records
@@ -280,21 +279,8 @@ def _builtins(config: Any) -> dict[str, Any]:
     return data
 
 
-@contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[Path]:
-    """A temporary path to write; it replaces ``path`` when the block succeeds and is removed when
-    it fails, so a failed write leaves neither a partial file nor a ``.tmp``."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _atomic_write(path: Path, data: bytes) -> None:
-    with _replacing(path) as tmp:
+    with replacing(path) as tmp:
         tmp.write_bytes(data)
 
 
@@ -321,7 +307,7 @@ def write_run_report(
     if records is None:
         records = read_run_records(path / RECORDS)
     else:
-        with _replacing(path / RECORDS) as tmp:
+        with replacing(path / RECORDS) as tmp:
             write_records(tmp, records)
     cfg = _builtins(config)
     if deadline is not None:
