@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import pytest
 
 from kvharness.cli import main
 from kvharness.env.harness.demo import make_demo_suite
+from kvharness.testing.cli import run_cli
+from kvharness.testing.openai_stub import StubServer
+from kvharness.workload.format import load
 
 
 def _closed_port() -> int:
@@ -23,7 +27,6 @@ def _closed_port() -> int:
         (["--reward", "mean"], "unknown reward rule 'mean'"),
         (["--reward", "discounted:x"], "is not a number"),
         (["--only", "demo-add,nope"], "no task nope in"),
-        (["--concurrency", "0"], "--concurrency must be >= 1"),
         (["--limit", "0"], "no tasks to run"),
         (["--tokenizer", "/no/such/tokenizer"], "no tokenizer at /no/such/tokenizer"),
         ([], "cannot list models at http://127.0.0.1:"),
@@ -72,3 +75,118 @@ async def test_a_broken_task_ends_its_episode_not_the_run(tmp_path: Path) -> Non
     assert broken.reward == 0.0 and not broken.calls
     # The other task got to call the (absent) model: its own, separate failure.
     assert other.error is not None and other.error.startswith("model: ")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--concurrency", "0"], "argument --concurrency: expected an integer >= 1, got '0'"),
+        (["--repeats", "-1"], "argument --repeats: expected an integer >= 1"),
+        (["--temperature", "nan"], "argument --temperature: expected a number >= 0 and <= 2"),
+        (["--command-timeout", "0"], "argument --command-timeout: expected a number > 0"),
+        (["--block-size", "0"], "argument --block-size: expected an integer >= 1"),
+        (["--limit", "-1"], "argument --limit: expected an integer >= 0"),
+    ],
+)
+def test_env_run_numbers_are_checked_at_parse_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    argv = ["env", "run", "--endpoint", "http://x", "--tasks", str(tmp_path), "--out", "o"]
+    assert run_cli([*argv, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("kvharness env run: error: ")
+    assert message in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--endpoint", "http://x", "--tasks", "SUITE", "--out", "FILE"],
+         "--out FILE: {tmp}/FILE is a file, not a folder"),
+        (["run", "--endpoint", "http://x", "--tasks", "SUITE", "--out", "FILE/run"],
+         "--out FILE/run: {tmp}/FILE is a file, not a folder"),
+        (["run", "--endpoint", "http://x", "--tasks", "SUITE", "--out", "/sys/kvharness-env"],
+         "--out /sys/kvharness-env: cannot write in /sys"),
+        (["build-suite", "--out", "FILE"], "--out FILE: {tmp}/FILE is a file, not a folder"),
+        (["build-suite", "--out", "/sys/kvharness-suite"],
+         "--out /sys/kvharness-suite: cannot write in /sys"),
+        (["run", "--tasks", "SUITE"], "give --endpoint, --out (or --resume DIR to continue a run)"),
+    ],
+)  # fmt: skip
+def test_env_commands_check_out_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    argv: list[str], message: str,
+) -> None:  # fmt: skip
+    from kvharness.env.tasks import cli as tasks_cli
+
+    monkeypatch.chdir(tmp_path)
+    make_demo_suite(tmp_path / "SUITE")
+    (tmp_path / "FILE").write_text("x")
+    built: list[object] = []
+    monkeypatch.setattr(tasks_cli, "run_build", lambda args: built.append(args) or 0)
+    assert main(["env", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message.format(tmp=tmp_path) in err, err
+    assert built == [] and sorted(p.name for p in tmp_path.iterdir()) == ["FILE", "SUITE"]
+
+
+def _run_argv(stub: StubServer, root: Path, *extra: str) -> list[str]:
+    return ["env", "run", "--endpoint", stub.url, "--tasks", str(root / "suite"),
+            "--agent", "noop", "--tokenizer", "approx", "--out", str(root / "out"), *extra]  # fmt: skip
+
+
+def test_resume_after_a_torn_rollout_runs_the_rest_and_keeps_every_episode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A crash mid-write leaves rollouts.jsonl ending in part of an episode: --resume cuts it off,
+    says so, runs only the episodes not recorded, and writes the workload of them all."""
+    tasks = make_demo_suite(tmp_path / "suite")
+    out = tmp_path / "out"
+    with StubServer(tokens=2) as stub:
+        assert main(_run_argv(stub, tmp_path)) == 0
+        first_run = stub.stats.requests
+        rollouts = out / "rollouts.jsonl"
+        first, second = rollouts.read_bytes().splitlines(keepends=True)
+        rollouts.write_bytes(first + second[:100])
+        kept = json.loads(first)["episode"]
+        capsys.readouterr()
+        calls = stub.stats.requests
+        assert main(["env", "run", "--resume", str(out), "--endpoint", stub.url]) == 0
+        assert stub.stats.requests - calls == first_run - 1  # one episode's one call fewer
+    err = capsys.readouterr().err
+    assert "rollouts.jsonl: dropped 100 bytes of a torn last line" in err
+    lines = rollouts.read_bytes().splitlines(keepends=True)
+    assert lines[0] == first and all(line.endswith(b"\n") for line in lines)
+    episodes = [json.loads(line)["episode"] for line in lines]
+    assert sorted(episodes) == sorted(f"{t.id}/0" for t in tasks) and episodes[0] == kept
+    resumed = json.loads(lines[1])
+    assert resumed["calls"][0]["sent"] >= max(c["done"] for c in json.loads(first)["calls"])
+    workload = load(out / "workload.jsonl")
+    assert [s.id for s in workload.sessions] == [f"{t.id}/0" for t in tasks]
+
+
+def test_env_run_refuses_a_folder_that_holds_a_run_and_resume_with_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_demo_suite(tmp_path / "suite")
+    out = tmp_path / "out"
+    with StubServer(tokens=2) as stub:
+        assert main(_run_argv(stub, tmp_path, "--only", "demo-add")) == 0
+        before = (out / "rollouts.jsonl").read_bytes()
+        capsys.readouterr()
+        calls = stub.stats.requests
+        assert main(_run_argv(stub, tmp_path)) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"kvharness env: error: {out} already holds a run; pick another --out or continue "
+            f"it with --resume {out}"
+        )
+        assert main(["env", "run", "--resume", str(out), "--out", str(tmp_path / "o2")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert f"--resume {out} continues that run in its own folder; drop --out" in err
+        assert main(["env", "run", "--resume", str(tmp_path / "suite")]) == 2
+        assert "is not an env run folder" in capsys.readouterr().err
+        assert stub.stats.requests == calls
+    assert (out / "rollouts.jsonl").read_bytes() == before
+    assert not (tmp_path / "o2").exists()

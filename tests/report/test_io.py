@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvharness.errors import FormatError, UserError
+from kvharness.report import io as report_io
 from kvharness.report.io import (
     DeadlineSpec,
     _first_impossible,
@@ -61,6 +62,22 @@ def test_write_run_report_reads_appended_records(tmp_path: Path, records: list[T
     s = write_run_report(tmp_path, None, {"label": "live"})
     assert (s.label, s.records, s.sessions_completed) == ("live", 7, 2)
     assert load_run(tmp_path).records == records
+
+
+def test_a_failed_rewrite_keeps_the_old_files_and_leaves_no_tmp(
+    tmp_path: Path, records: list[TurnRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_run_report(tmp_path, records, {"label": "first"})
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def full_disk(path: Path, recs: object) -> None:
+        Path(path).write_bytes(b"{")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report_io, "write_records", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_run_report(tmp_path, records[:2], {"label": "second"})
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 def test_missing_run_dir(tmp_path: Path) -> None:

@@ -9,9 +9,13 @@ import pytest
 
 from kvharness.cli import main
 from kvharness.engine.cost import CostModel, StepBatch
+from kvharness.errors import UserError
 from kvharness.report.records import read_records
 from kvharness.sim import run_default
+from kvharness.sim import sweep as sweep_module
 from kvharness.sim.cluster import parse_cluster
+from kvharness.sim.sweep import Task
+from kvharness.testing.cli import run_cli
 
 SMALL = "synthetic:sessions=3,steps_median=4,repo_tokens_median=3000"
 
@@ -99,3 +103,67 @@ def test_run_default_prints_every_policy(capsys: pytest.CaptureFixture[str]) -> 
     assert [r.policy for r in rows] == available_policies()
     assert all(r.turns > 0 and r.errors == 0 for r in rows)
     assert "goodput/h" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-num-seqs", "0"], "argument --max-num-seqs: expected an integer >= 1, got '0'"),
+        (["--block-size", "0"], "argument --block-size: expected an integer >= 1"),
+        (["--max-num-batched-tokens", "-5"], "argument --max-num-batched-tokens: expected"),
+        (["--cpu-tier-blocks", "-1"], "argument --cpu-tier-blocks: expected an integer >= 0"),
+        (["--jobs", "0"], "argument --jobs: expected an integer >= 1"),
+        (["--replicas", "0,2"], "argument --replicas: expected whole numbers >= 1"),
+        (["--load", "inf"], "argument --load: expected positive numbers"),
+    ],
+)
+def test_sim_numbers_are_checked_at_parse_time(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(["sim", "--workload", SMALL, "--out", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--out", "FILE"], "--out FILE: {tmp}/FILE is a file, not a folder"),
+        (["--out", "FILE/sub"], "--out FILE/sub: {tmp}/FILE is a file, not a folder"),
+        (["--out", "/sys/kvharness-sim"], "--out /sys/kvharness-sim: cannot write in /sys"),
+        (["--workload", "synthetic:sessions=100000000"], "sessions must be in [1, 100000]"),
+        (["--workload", "missing.jsonl"], "--workload missing.jsonl: no such file or folder"),
+    ],
+)
+def test_sim_refuses_before_simulating(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "FILE").write_text("x")
+    started: list[object] = []
+    monkeypatch.setattr(sweep_module, "run_sweep", lambda *a, **kw: started.append(a) or [])
+    base = ["sim", "--workload", SMALL, "--policy", "round_robin", "--executor", "serial"]
+    assert main([*base, *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message.format(tmp=tmp_path) in err, err
+    assert started == [] and sorted(p.name for p in tmp_path.iterdir()) == ["FILE"]
+
+
+def test_block_size_zero_is_not_the_default() -> None:
+    with pytest.raises(ValueError, match="block_size must be >= 1"):
+        Task(workload=SMALL, cluster="1xH200:llama-3.1-8b", policy="round_robin", block_size=0)
+    with pytest.raises(ValueError, match="max_num_seqs must be >= 1"):
+        Task(workload=SMALL, cluster="1xH200:llama-3.1-8b", policy="round_robin", max_num_seqs=0)
+    with pytest.raises(UserError, match="block_size must be >= 1 token"):
+        parse_cluster("1xH200:llama-3.1-8b", block_size=0)
+
+
+def test_calibrate_checks_out_before_fitting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "missing" / "fit.json"
+    assert main(["sim", "calibrate", str(tmp_path / "no-samples.jsonl"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"kvharness sim: error: --out {out}: the folder {out.parent} does not exist"

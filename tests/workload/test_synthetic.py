@@ -44,7 +44,7 @@ def test_spec_parsing() -> None:
         parse_synthetic("synthetic:bogus=1")
     with pytest.raises(UserError, match="needs a number"):
         parse_synthetic("synthetic:sessions=x")
-    with pytest.raises(UserError, match="must be positive"):
+    with pytest.raises(UserError, match=r"sessions must be in \[1, 100000\], got 0"):
         parse_synthetic("synthetic:sessions=0")
     with pytest.raises(UserError, match="no such workload"):
         load_workload("/nonexistent/trace.jsonl")

@@ -32,7 +32,8 @@ from kvharness.bench.progress import live_progress
 from kvharness.bench.runner import Counts, Runner, finished_turns
 from kvharness.bench.transport import HttpTransport
 from kvharness.bench.words import PromptWords, prompt_words
-from kvharness.errors import UserError
+from kvharness.errors import FormatError, UserError
+from kvharness.files import replacing
 from kvharness.report.records import RecordWriter, TurnRecord, read_records
 from kvharness.workload.ideal import IdealCache
 from kvharness.workload.model import Session, Workload
@@ -41,6 +42,7 @@ __all__ = ["BenchResult", "load_bench_workload", "reset_prefix_cache", "run_benc
 
 CONFIG = "config.json"
 RECORDS = "records.jsonl"
+METRICS = "metrics.json"
 
 
 @dataclass(slots=True)
@@ -126,7 +128,8 @@ def reset_prefix_cache(target: str) -> bool:
 
 
 def _save_config(run_dir: Path, cfg: BenchConfig) -> None:
-    (run_dir / CONFIG).write_bytes(msgspec.json.format(msgspec.json.encode(cfg), indent=2) + b"\n")
+    with replacing(run_dir / CONFIG) as tmp:
+        tmp.write_bytes(msgspec.json.format(msgspec.json.encode(cfg), indent=2) + b"\n")
 
 
 def load_config(run_dir: Path) -> BenchConfig:
@@ -244,6 +247,7 @@ def run_bench(
     workload = workload or load_bench_workload(cfg)
     # Text prompts' words first: a tokenizer that offers too few fails before the run starts.
     words = prompt_words(cfg.tokenizer) if cfg.prompt_format == "text" else None
+    passes = _read_passes(run_dir / METRICS)
     if resume:
         previous = read_records(run_dir / RECORDS) if (run_dir / RECORDS).exists() else []
     else:
@@ -257,7 +261,7 @@ def run_bench(
         _save_config(run_dir, cfg)
     with asyncio.Runner(loop_factory=_loop_factory(cfg.event_loop)) as runner:
         counts, server, gaps = runner.run(_run(cfg, workload, run_dir, previous, progress, words))
-    _append_json(run_dir / "metrics.json", server)
+    _write_passes(run_dir / METRICS, [*passes, server])
     records = read_records(run_dir / RECORDS)
     ok = finished_turns(records)
     errors: dict[str, int] = {}
@@ -282,10 +286,24 @@ def run_bench(
     return result
 
 
-def _append_json(path: Path, entry: dict[str, Any]) -> None:
-    passes = json.loads(path.read_text()) if path.exists() else []
-    passes.append(entry)
-    path.write_text(json.dumps(passes, indent=2) + "\n")
+def _read_passes(path: Path) -> list[Any]:
+    """The JSON list of passes in ``path`` (empty when there is none yet)."""
+    if not path.exists():
+        return []
+    try:
+        passes = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise FormatError(str(path), err.lineno, f"bad JSON: {err.msg}") from None
+    except UnicodeDecodeError as err:
+        raise FormatError(str(path), 1, f"not UTF-8 text: {err.reason}") from None
+    if not isinstance(passes, list):
+        raise FormatError(str(path), 1, "expected a JSON list of passes")
+    return passes
+
+
+def _write_passes(path: Path, passes: list[Any]) -> None:
+    with replacing(path) as tmp:
+        tmp.write_text(json.dumps(passes, indent=2) + "\n")
 
 
 def _write_bench_json(run_dir: Path, result: BenchResult, gaps: array[float]) -> None:
@@ -315,4 +333,5 @@ def _write_bench_json(run_dir: Path, result: BenchResult, gaps: array[float]) ->
         },
         "server_prefix_hit_ratio_last_pass": scrape.hit_ratio(result.server),
     }
-    (run_dir / "bench.json").write_text(json.dumps(data, indent=2) + "\n")
+    with replacing(run_dir / "bench.json") as tmp:
+        tmp.write_text(json.dumps(data, indent=2) + "\n")

@@ -2,7 +2,8 @@
 
 A subcommand module exposes ``register(subparsers)``, which adds its parser and sets ``func`` (a
 callable taking the parsed namespace and returning an exit code). Errors meant for the user are
-raised as :class:`UserError` and printed as one line, with exit status 2.
+raised as :class:`UserError` and printed as one line, with exit status 2; so are bad options
+(:class:`~kvharness.cli._args.OneLineParser`) and faults of the file system (``OSError``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from kvharness import __version__
+from kvharness.cli._args import OneLineParser
 from kvharness.errors import UserError
 
 __all__ = ["build_parser", "main"]
@@ -22,7 +24,7 @@ _SUBCOMMANDS = ("workload", "sim", "bench", "gateway", "env", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="kvharness",
         description=(
             "Serve open models to coding agents: benchmark whole agent sessions, route by KV-cache "
@@ -48,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = func(args)
     except UserError as err:
         print(f"kvharness {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # the environment's fault (disk full, a path gone), not the program's
+        where = f"{err.filename}: " if err.filename is not None else ""
+        print(f"kvharness {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"kvharness {args.command}: interrupted", file=sys.stderr)

@@ -13,6 +13,14 @@ from typing import Any
 
 from rich.console import Console
 
+from kvharness.cli._args import (
+    block_size,
+    bounded,
+    non_negative_float,
+    output_dir,
+    positive_float,
+    positive_int,
+)
 from kvharness.errors import UserError
 
 HELP = "drive full agent sessions against OpenAI-compatible servers and report per turn"
@@ -79,14 +87,14 @@ def register(subparsers: Any) -> None:
     start = p.add_mutually_exclusive_group()
     start.add_argument(
         "--rate",
-        type=float,
+        type=positive_float,
         default=None,
         metavar="R",
         help="start sessions as a Poisson process of R sessions/s",
     )
     start.add_argument(
         "--concurrency",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="keep N sessions in flight (isolated mode: N requests in flight)",
@@ -98,21 +106,21 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--time-scale",
-        type=float,
+        type=positive_float,
         default=1.0,
         metavar="X",
         help="multiply start times and gaps by X (0.5 = twice as fast; default 1)",
     )
     p.add_argument(
         "--max-sessions",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="run only the workload's first N sessions",
     )
     p.add_argument(
         "--vocab-size",
-        type=int,
+        type=bounded(int, 1, 1 << 31),
         default=1024,
         metavar="V",
         help="token ids of materialised prompts lie in [0, V); any model with at "
@@ -120,14 +128,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--engine-block-size",
-        type=int,
+        type=block_size,
         default=128,
         metavar="B",
         help="the server's KV block size in tokens, for ideal cached tokens (default 128)",
     )
     p.add_argument(
         "--workload-block-size",
-        type=int,
+        type=block_size,
         default=512,
         metavar="B",
         help="block size of hash_ids traces (default 512, Mooncake's)",
@@ -170,28 +178,28 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--max-attempts",
-        type=int,
+        type=bounded(int, 1, 1000),
         default=3,
         metavar="N",
         help="attempts per turn for retryable faults (default 3)",
     )
     p.add_argument(
         "--backoff",
-        type=float,
+        type=non_negative_float,
         default=0.5,
         metavar="S",
         help="seconds before the first retry, doubled each time (default 0.5)",
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=positive_float,
         default=300.0,
         metavar="S",
         help="seconds one attempt may take (default 300)",
     )
     p.add_argument(
         "--connect-timeout",
-        type=float,
+        type=positive_float,
         default=10.0,
         metavar="S",
         help="seconds to open a connection (default 10)",
@@ -229,15 +237,6 @@ def _config(args: argparse.Namespace) -> Any:
     from kvharness.bench.config import BenchConfig, RetryPolicy
     from kvharness.bench.transport import check_header_name
 
-    for name in ("max_attempts", "vocab_size", "engine_block_size", "workload_block_size"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.rate is not None and not args.rate > 0:
-        raise UserError("--rate must be > 0")
-    if args.concurrency is not None and args.concurrency < 1:
-        raise UserError("--concurrency must be at least 1")
-    if not args.time_scale > 0 or args.timeout <= 0 or args.backoff < 0:
-        raise UserError("--time-scale and --timeout must be > 0, --backoff >= 0")
     arrival = "workload"
     if args.rate is not None:
         arrival = "poisson"
@@ -307,6 +306,11 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress and sys.stderr.isatty()
     results: list[BenchResult] = []
     if args.resume is not None:
+        if args.out is not None:
+            raise UserError(
+                f"--resume {args.resume} continues that run in its own directory; drop --out "
+                f"{args.out} (or drop --resume to start a new run there)"
+            )
         root = args.resume
         dirs = [root] if (root / "config.json").exists() else [
             d for d in (root / "session", root / "isolated") if (d / "config.json").exists()
@@ -324,12 +328,15 @@ def run(args: argparse.Namespace) -> int:
         if not args.target:
             return _run_sim_default()
         cfg = _config(args)
+        root = output_dir(
+            args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"),
+            "--out" if args.out else "run directory",
+        )
         if cfg.prompt_format == "text" and cfg.tokenizer is None:
             console.print(
                 "[yellow]--prompt-format text without --tokenizer: built-in words, so prompt "
                 "token counts and ideal cached tokens are approximate[/]"
             )
-        root = args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S")
         modes = ("session", "isolated") if args.mode == "both" else (args.mode,)
         for mode in modes:
             mcfg = msgspec.structs.replace(cfg, mode=mode, label=cfg.label or mode)

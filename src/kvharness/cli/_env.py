@@ -5,6 +5,11 @@ against an OpenAI-compatible endpoint and write ``DIR/workload.jsonl`` (the mode
 kvharness workload, for ``workload stats``, ``sim`` and ``bench``), ``DIR/rollouts.jsonl`` (full
 trajectories, rewards, submissions, timings; appended as episodes finish) and ``DIR/config.json``
 (the resolved options).
+
+``kvharness env run --resume DIR``: continue an interrupted run with the options in
+``DIR/config.json`` (``--endpoint`` may point it elsewhere): the episodes already in
+``DIR/rollouts.jsonl`` are kept (a torn last line is cut off), the others are run and appended,
+and ``DIR/workload.jsonl`` is written for them all.
 """
 
 from __future__ import annotations
@@ -17,6 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kvharness.cli._args import (
+    block_size,
+    bounded,
+    non_negative_int,
+    output_dir,
+    positive_float,
+    positive_int,
+)
 from kvharness.errors import UserError
 
 HELP = "coding-agent RL environments: run agents over a task suite and record the rollouts"
@@ -47,7 +60,7 @@ def _register_build(sub: Any) -> None:
         "bugs by AST mutation, keep those that fail some of the package's own tests.",
     )
     tasks_cli.add_build_arguments(p)
-    p.set_defaults(func=tasks_cli.run_build)
+    p.set_defaults(func=_run_build)
     verify = getattr(tasks_cli, "add_verify_arguments", None)
     if verify is not None:
         v = sub.add_parser(
@@ -57,6 +70,13 @@ def _register_build(sub: Any) -> None:
         )
         verify(v)
         v.set_defaults(func=tasks_cli.run_verify)
+
+
+def _run_build(args: argparse.Namespace) -> int:
+    from kvharness.env.tasks import cli as tasks_cli
+
+    output_dir(args.out, "--out")
+    return tasks_cli.run_build(args)
 
 
 def _register_run(sub: Any) -> None:
@@ -69,12 +89,26 @@ def _register_run(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--endpoint", required=True, help="OpenAI-compatible base URL (http://host:port)"
+        "--endpoint", help="OpenAI-compatible base URL (http://host:port); required unless --resume"
     )
     p.add_argument(
-        "--tasks", required=True, type=Path, help="task suite folder (or one task folder)"
+        "--tasks",
+        type=Path,
+        help="task suite folder (or one task folder); required unless --resume",
     )
-    p.add_argument("--out", required=True, type=Path, help="output folder (created)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="output folder (created; must not hold a run); required unless --resume",
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="continue the run in DIR with its own options (config.json): keep its recorded "
+        "episodes, run the others",
+    )
     p.add_argument(
         "--agent",
         default="model",
@@ -85,18 +119,38 @@ def _register_run(sub: Any) -> None:
         "attempt), noop (submits at once), cheat (attacks the test files) (default: model)",
     )
     p.add_argument("--only", default=None, help="comma-separated task ids to run (default: all)")
-    p.add_argument("--limit", type=int, default=None, help="run only the first N tasks")
-    p.add_argument("--repeats", type=int, default=1, help="episodes per task (default: 1)")
-    p.add_argument("--concurrency", type=int, default=4, help="episodes in flight (default: 4)")
+    p.add_argument(
+        "--limit", type=non_negative_int, default=None, help="run only the first N tasks"
+    )
+    p.add_argument("--repeats", type=positive_int, default=1, help="episodes per task (default: 1)")
+    p.add_argument(
+        "--concurrency", type=positive_int, default=4, help="episodes in flight (default: 4)"
+    )
     p.add_argument("--model", default=None, help="model name (default: the endpoint's first)")
     p.add_argument("--api-key", default=None, help="bearer token for the endpoint")
     p.add_argument(
-        "--max-tokens", type=int, default=256, help="completion tokens per call (default: 256)"
+        "--max-tokens",
+        type=positive_int,
+        default=256,
+        help="completion tokens per call (default: 256)",
     )
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature")
-    p.add_argument("--max-steps", type=int, default=30, help="actions per episode (default: 30)")
     p.add_argument(
-        "--max-submissions", type=int, default=3, help="graded submits per episode (default: 3)"
+        "--temperature",
+        type=bounded(float, 0.0, 2.0),
+        default=0.0,
+        help="sampling temperature, 0 to 2 (default 0)",
+    )
+    p.add_argument(
+        "--max-steps",
+        type=bounded(int, 1, 10_000),
+        default=30,
+        help="actions per episode (default: 30)",
+    )
+    p.add_argument(
+        "--max-submissions",
+        type=bounded(int, 1, 10_000),
+        default=3,
+        help="graded submits per episode (default: 3)",
     )
     p.add_argument(
         "--reward",
@@ -105,7 +159,10 @@ def _register_run(sub: Any) -> None:
         "with optional ',cost=X' per extra submission (default: best)",
     )
     p.add_argument(
-        "--command-timeout", type=float, default=60.0, help="wall seconds per command (default 60)"
+        "--command-timeout",
+        type=positive_float,
+        default=60.0,
+        help="wall seconds per command (default 60)",
     )
     p.add_argument(
         "--tokenizer",
@@ -116,7 +173,7 @@ def _register_run(sub: Any) -> None:
         "else approx; the default)",
     )
     p.add_argument(
-        "--block-size", type=int, default=128, help="block size of the workload's chains"
+        "--block-size", type=block_size, default=128, help="block size of the workload's chains"
     )
     p.add_argument(
         "--unsafe-no-sandbox",
@@ -145,21 +202,61 @@ def _load_tasks(args: argparse.Namespace) -> list[Any]:
     return tasks
 
 
+ROLLOUTS = "rollouts.jsonl"
+
+
+def _resumed(args: argparse.Namespace) -> argparse.Namespace:
+    """The options a run in ``args.resume`` was started with (``--endpoint`` may override)."""
+    root: Path = args.resume
+    if args.out is not None:
+        raise UserError(
+            f"--resume {root} continues that run in its own folder; drop --out {args.out} (or "
+            "drop --resume to start a new run there)"
+        )
+    path = root / "config.json"
+    if not path.is_file() or not (root / ROLLOUTS).is_file():
+        raise UserError(f"{root} is not an env run folder (no config.json and {ROLLOUTS})")
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not a JSON object ({err})") from None
+    if not isinstance(saved, dict) or not {"endpoint", "tasks"} <= saved.keys():
+        raise UserError(f"{path}: not the config of an env run (no endpoint and tasks)")
+    merged = {**vars(args), **{k: v for k, v in saved.items() if k in vars(args)}}
+    merged.update(out=root, resume=root, tasks=Path(saved["tasks"]))
+    if args.endpoint is not None:
+        merged["endpoint"] = args.endpoint
+    return argparse.Namespace(**merged)
+
+
+def _check_new(args: argparse.Namespace) -> None:
+    missing = [f"--{n}" for n in ("endpoint", "tasks", "out") if getattr(args, n) is None]
+    if missing:
+        raise UserError(f"give {', '.join(missing)} (or --resume DIR to continue a run)")
+    output_dir(args.out, "--out")
+    if (args.out / ROLLOUTS).exists():
+        raise UserError(
+            f"{args.out} already holds a run; pick another --out or continue it with "
+            f"--resume {args.out}"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from kvharness.env.api import EnvConfig
     from kvharness.env.harness.client import ChatClient, ModelError
     from kvharness.env.harness.loop import EpisodeResult, run_episodes
-    from kvharness.env.harness.record import rollout_line, to_workload
+    from kvharness.env.harness.record import read_rollouts, rollout_line, to_workload
     from kvharness.env.reward import parse_rule
     from kvharness.env.sandbox import Limits
+    from kvharness.files import replacing
+    from kvharness.jsonl import open_append
     from kvharness.workload.format import save
     from kvharness.workload.tokenize import load_tokenizer
 
-    for name in ("repeats", "concurrency", "max_tokens", "max_steps", "max_submissions"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 1")
-    if args.block_size < 1 or args.command_timeout <= 0:
-        raise UserError("--block-size and --command-timeout must be positive")
+    if args.resume is not None:
+        args = _resumed(args)
+    else:
+        _check_new(args)
     try:
         rule = parse_rule(args.reward)
     except ValueError as err:
@@ -178,16 +275,20 @@ def run(args: argparse.Namespace) -> int:
         unsafe=args.unsafe_no_sandbox,
     )
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    resolved.pop("func", None)
-    resolved["tasks_run"] = [t.id for t in tasks]
-    (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+    if args.resume is None:
+        out.mkdir(parents=True, exist_ok=True)
+        resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+        resolved.pop("func", None)
+        resolved["tasks_run"] = [t.id for t in tasks]
+        with replacing(out / "config.json") as tmp:
+            tmp.write_text(json.dumps(resolved, indent=2) + "\n")
 
-    rollouts = (out / "rollouts.jsonl").open("w")
+    rollouts = open_append(out / ROLLOUTS)
+    previous = read_rollouts(out / ROLLOUTS) if args.resume is not None else []
+    origin = max((c.call.done for ep in previous for c in ep.calls), default=0.0)
 
     def on_done(ep: EpisodeResult) -> None:
-        rollouts.write(rollout_line(ep) + "\n")
+        rollouts.write(rollout_line(ep).encode() + b"\n")
         rollouts.flush()
 
     async def go() -> tuple[list[EpisodeResult], float, list[list[list[int]]] | None]:
@@ -203,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
             except ModelError as err:
                 raise UserError(str(err)) from None
             start = time.perf_counter()
-            episodes = await run_episodes(
+            fresh = await run_episodes(
                 tasks,
                 args.agent,
                 client,
@@ -211,8 +312,11 @@ def run(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency,
                 repeats=args.repeats,
                 on_done=on_done,
+                skip={ep.episode for ep in previous},
+                origin=origin,
             )
             wall = time.perf_counter() - start
+            episodes = _in_task_order(previous + fresh, tasks)
             ids = None
             if tokenizer is None:
                 ids = await _server_prompt_ids(client, episodes, required=mode == "server")
@@ -236,6 +340,17 @@ def run(args: argparse.Namespace) -> int:
     save(workload, out / "workload.jsonl")
     _print_summary(episodes, wall, out)
     return 0 if all(ep.error is None for ep in episodes) else 1
+
+
+def _in_task_order(episodes: list[Any], tasks: list[Any]) -> list[Any]:
+    """Episodes sorted as the run lists them: by task, then repeat number."""
+    rank = {t.id: i for i, t in enumerate(tasks)}
+
+    def key(ep: Any) -> tuple[int, int]:
+        repeat = ep.episode.rpartition("/")[2]
+        return rank.get(ep.task_id, len(rank)), int(repeat) if repeat.isdigit() else 0
+
+    return sorted(episodes, key=key)
 
 
 async def _server_prompt_ids(

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 from rich.console import Console
 
+from kvharness.cli._args import block_size, non_negative_int, output_dir, output_file, positive_int
 from kvharness.errors import UserError
 
 HELP = "simulate a cluster of engine replicas under routing policies (virtual time)"
@@ -25,13 +26,21 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(
             f"expected numbers separated by commas, got {text!r}"
         ) from None
-    if not out or any(not v > 0 for v in out):
+    if not out or any(not 0 < v < float("inf") for v in out):
         raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
     return out
 
 
 def _ints(text: str) -> list[int]:
-    return [int(v) for v in _floats(text)]
+    try:
+        out = [positive_int(x) for x in text.split(",") if x.strip()]
+    except argparse.ArgumentTypeError:
+        out = []
+    if not out:
+        raise argparse.ArgumentTypeError(
+            f"expected whole numbers >= 1 separated by commas, got {text!r}"
+        )
+    return out
 
 
 def register(subparsers: Any) -> None:
@@ -79,21 +88,24 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--cpu-tier-blocks",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="host-memory offload tier per replica, in blocks (default 0: none)",
     )
     p.add_argument(
         "--block-size",
-        type=int,
+        type=block_size,
         default=None,
         help="engine KV block size in tokens (default: the workload's block size)",
     )
     p.add_argument(
-        "--max-num-batched-tokens", type=int, default=8192, help="token budget per engine step"
+        "--max-num-batched-tokens",
+        type=positive_int,
+        default=8192,
+        help="token budget per engine step",
     )
     p.add_argument(
-        "--max-num-seqs", type=int, default=256, help="most running requests per replica"
+        "--max-num-seqs", type=positive_int, default=256, help="most running requests per replica"
     )
     p.add_argument("--out", default=None, help="output folder (default runs/sim-<UTC time>)")
     p.add_argument(
@@ -102,7 +114,9 @@ def register(subparsers: Any) -> None:
         default="auto",
         help="how to run the sweep: auto = Ray if installed, else a process pool",
     )
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
+    p.add_argument(
+        "--jobs", type=positive_int, default=None, help="worker processes (default: CPU count)"
+    )
     p.add_argument("--ray-address", default=None, help="address of an existing Ray cluster")
     p.set_defaults(func=run)
     sub = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
@@ -121,7 +135,10 @@ def register(subparsers: Any) -> None:
         help="the deployment measured, as for kvharness sim (default: %(default)s)",
     )
     c.add_argument(
-        "--max-num-batched-tokens", type=int, default=8192, help="prefill chunk size of requests"
+        "--max-num-batched-tokens",
+        type=positive_int,
+        default=8192,
+        help="prefill chunk size of requests",
     )
     c.add_argument("--out", default=None, help="write the fitted factors here as JSON")
     c.set_defaults(func=run_calibrate)
@@ -131,6 +148,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from kvharness.engine.calibrate import calibrate, read_samples
     from kvharness.sim.cluster import parse_cluster
 
+    if args.out:
+        output_file(args.out, "--out")
     dep = parse_cluster(args.cluster).deployment
     fit = calibrate(dep, read_samples(args.samples, args.max_num_batched_tokens))
     data = {
@@ -158,12 +177,26 @@ def run(args: argparse.Namespace) -> int:
         if pol not in names:
             raise UserError(f"unknown policy {pol!r}; choose from {', '.join(names)} or all")
     parse_deadline(args.deadline)
+    _check_workload(args.workload)
     base = parse_cluster(args.cluster)
     sizes = args.replicas or [base.replicas]
     head = args.cluster.split("x", 1)[1]
     clusters = [f"{n}x{head}" for n in sizes]
-    out = Path(args.out or f"runs/sim-{_dt.datetime.now(_dt.UTC):%Y%m%d-%H%M%S}")
+    out = output_dir(
+        args.out or f"runs/sim-{_dt.datetime.now(_dt.UTC):%Y%m%d-%H%M%S}",
+        "--out" if args.out else "output folder",
+    )
     return sweep(args, clusters, policies, out)
+
+
+def _check_workload(spec: str) -> None:
+    """Refuse a bad synthetic spec or a missing file here, before the sweep's workers load it."""
+    from kvharness.workload.load import parse_synthetic
+
+    if spec == "synthetic" or spec.startswith("synthetic:"):
+        parse_synthetic(spec)
+    elif not Path(spec).exists():
+        raise UserError(f"--workload {spec}: no such file or folder")
 
 
 def sweep(args: argparse.Namespace, clusters: list[str], policies: list[str], out: Path) -> int:

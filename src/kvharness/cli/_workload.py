@@ -12,6 +12,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from kvharness.cli._args import block_size, output_file
 from kvharness.workload import format as wformat
 from kvharness.workload.load import load_workload
 from kvharness.workload.model import Workload
@@ -29,7 +30,8 @@ _SPEC_HELP = (
 def _synthetic_epilog() -> str:
     lines = ["synthetic options (synthetic:key=value,...):"]
     for f in dataclasses.fields(SyntheticConfig):
-        lines.append(f"  {f.name:<20} {f.metadata['help']} (default {f.default})")
+        lo, hi = f.metadata["bounds"]
+        lines.append(f"  {f.name:<20} {f.metadata['help']} (default {f.default}; {lo} to {hi})")
     return "\n".join(lines)
 
 
@@ -37,7 +39,7 @@ def _add_source_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="?", default="synthetic", metavar="WORKLOAD", help=_SPEC_HELP)
     p.add_argument(
         "--block-size",
-        type=int,
+        type=block_size,
         default=512,
         help="block size of hash_ids traces in tokens (default: 512, Mooncake's)",
     )
@@ -85,6 +87,7 @@ def _load(args: argparse.Namespace) -> Workload:
 
 
 def _run_convert(args: argparse.Namespace) -> int:
+    output_file(args.output, "OUTPUT")
     workload = _load(args)
     wformat.save(workload, args.output)
     print(f"wrote {len(workload.sessions)} sessions, {workload.num_turns} turns to {args.output}")

@@ -149,6 +149,8 @@ class Deployment:
     def __post_init__(self) -> None:
         if self.tp < 1:
             raise ValueError("tp must be >= 1")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1 token, got {self.block_size}")
         for d in (self.weight_dtype, self.kv_dtype):
             if d not in _DTYPE_BYTES:
                 raise ValueError(f"unknown dtype {d!r}; choose from {', '.join(_DTYPE_BYTES)}")

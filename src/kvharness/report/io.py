@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import os
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
@@ -29,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvharness.errors import FormatError, UserError
+from kvharness.files import replacing
 from kvharness.report.html import write_html
 from kvharness.report.metrics import Summary, summarise
 from kvharness.report.records import TurnRecord, write_records
@@ -280,9 +280,8 @@ def _builtins(config: Any) -> dict[str, Any]:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_run_report(
@@ -308,9 +307,8 @@ def write_run_report(
     if records is None:
         records = read_run_records(path / RECORDS)
     else:
-        tmp = path / (RECORDS + ".tmp")
-        write_records(tmp, records)
-        os.replace(tmp, path / RECORDS)
+        with replacing(path / RECORDS) as tmp:
+            write_records(tmp, records)
     cfg = _builtins(config)
     if deadline is not None:
         cfg["deadline"] = deadline

@@ -23,6 +23,7 @@ from typing import IO
 import msgspec
 
 from kvharness.errors import FormatError
+from kvharness.jsonl import open_append
 
 __all__ = ["RecordWriter", "TurnRecord", "read_records", "write_records"]
 
@@ -78,11 +79,12 @@ _decoder = msgspec.json.Decoder(TurnRecord)
 
 
 class RecordWriter:
-    """Appends records to a JSONL file, flushed per record: what is written survives a crash."""
+    """Appends records to a JSONL file, flushed per record: what is written survives a crash. A
+    torn last line left by an earlier crash is cut off first (:func:`kvharness.jsonl.open_append`)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._f: IO[bytes] = self.path.open("ab")
+        self._f: IO[bytes] = open_append(self.path)
 
     def write(self, record: TurnRecord) -> None:
         self._f.write(_encoder.encode(record) + b"\n")

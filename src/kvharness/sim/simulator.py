@@ -75,6 +75,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if not self.load > 0:
             raise ValueError(f"load must be > 0, got {self.load}")
+        if self.cpu_tier_blocks < 0:
+            raise ValueError(f"cpu_tier_blocks must be >= 0, got {self.cpu_tier_blocks}")
         if self.prefix_source not in ("mask", "index", "direct"):
             raise ValueError(
                 f"prefix_source must be mask, index or direct, got {self.prefix_source!r}"

@@ -47,6 +47,11 @@ class Task:
     policy_options: tuple[tuple[str, Any], ...] = ()
     """Keyword arguments of the policy, as (name, value) pairs."""
 
+    def __post_init__(self) -> None:
+        if self.block_size is not None and self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1 (or None), got {self.block_size}")
+        SchedulerConfig(self.max_num_batched_tokens, self.max_num_seqs)
+
 
 @functools.lru_cache(maxsize=4)
 def _workload(spec: str) -> Workload:
@@ -61,7 +66,8 @@ _HASHES: dict[str, MutableMapping[int, tuple[int, ...]]] = {}
 def run_task(task: Task, workload: Workload | None = None) -> PolicyRow:
     """Run one task; writes its run directory when ``task.out`` is set."""
     wl = workload if workload is not None else _workload(task.workload)
-    cluster = parse_cluster(task.cluster, block_size=task.block_size or wl.block_size)
+    block_size = wl.block_size if task.block_size is None else task.block_size
+    cluster = parse_cluster(task.cluster, block_size=block_size)
     cfg = SimConfig(
         cluster,
         task.policy,

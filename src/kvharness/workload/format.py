@@ -136,10 +136,14 @@ def save(workload: Workload, path: str | Path) -> None:
     """Write ``workload`` to ``path`` (atomically: a partial file never replaces a good one)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        for line in dumps_lines(workload):
-            f.write(line)
-    tmp.replace(path)
+    try:
+        with tmp.open("wb") as f:
+            for line in dumps_lines(workload):
+                f.write(line)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _session_from_wire(w: _Session, block_size: int, where: str, lineno: int) -> Session:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,13 +183,17 @@ async def run_episodes(
     concurrency: int = 4,
     repeats: int = 1,
     on_done: Callable[[EpisodeResult], None] | None = None,
+    skip: Collection[str] = (),
+    origin: float = 0.0,
 ) -> list[EpisodeResult]:
-    """Run ``repeats`` episodes of every task, at most ``concurrency`` at once; results in task
-    order. ``on_done`` is called as each episode finishes (e.g. to append it to a file)."""
+    """Run ``repeats`` episodes of every task (``<task id>/<k>``), but none named in ``skip``, at
+    most ``concurrency`` at once; results in task order. ``on_done`` is called as each episode
+    finishes (e.g. to append it to a file). The run's clock reads ``origin`` seconds at the
+    start (a resumed run continues the clock of the episodes it skips)."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     gate = asyncio.Semaphore(concurrency)
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() - origin
 
     async def one(task: Task, k: int) -> EpisodeResult:
         async with gate:
@@ -200,5 +204,5 @@ async def run_episodes(
             on_done(res)
         return res
 
-    jobs = [one(task, k) for task in tasks for k in range(repeats)]
+    jobs = [one(task, k) for task in tasks for k in range(repeats) if f"{task.id}/{k}" not in skip]
     return list(await asyncio.gather(*jobs))

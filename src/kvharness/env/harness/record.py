@@ -11,7 +11,8 @@ tokens the server reported, ``gap`` the tool time before the call, ``tool`` the 
 it (comma-joined) and ``messages`` the messages appended since the previous call.
 
 :func:`rollout_line`: one JSON object per episode with the full trajectory (messages), rewards and
-submissions, and every model call and tool run with its measurements.
+submissions, and every model call and tool run with its measurements; :func:`read_rollouts` reads
+such a file back into episodes (``kvharness env run --resume`` rebuilds its workload from them).
 """
 
 from __future__ import annotations
@@ -22,12 +23,25 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kvharness.env.harness.loop import EpisodeResult
+import msgspec
+
+from kvharness.env.harness.client import ModelCall
+from kvharness.env.harness.loop import CallRecord, EpisodeResult, ToolRun
+from kvharness.env.reward import Submission
+from kvharness.errors import FormatError
 from kvharness.workload.chain import ChainBuilder
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 from kvharness.workload.tokenize import Tokenizer, message_tokens
 
-__all__ = ["call_prompts", "episode_session", "rollout_line", "to_workload", "write_rollouts"]
+__all__ = [
+    "call_prompts",
+    "episode_from_line",
+    "episode_session",
+    "read_rollouts",
+    "rollout_line",
+    "to_workload",
+    "write_rollouts",
+]
 
 
 def call_prompts(ep: EpisodeResult) -> list[list[dict[str, Any]]]:
@@ -137,3 +151,46 @@ def write_rollouts(episodes: Iterable[EpisodeResult], path: Path) -> None:
     with path.open("w") as f:
         for ep in episodes:
             f.write(rollout_line(ep) + "\n")
+
+
+def episode_from_line(doc: Mapping[str, Any]) -> EpisodeResult:
+    """The episode a :func:`rollout_line` object describes (each call's appended messages are the
+    next ``appended`` messages of the trajectory). Raises ``KeyError``, ``TypeError`` or
+    ``ValueError`` when ``doc`` is not such an object."""
+    messages = list(doc["messages"])
+    calls, pos = [], 0
+    for c in doc["calls"]:
+        fields = dict(c)
+        n, gap, tools = fields.pop("appended"), fields.pop("gap"), fields.pop("tools")
+        calls.append(
+            CallRecord(ModelCall(**fields), tuple(messages[pos : pos + n]), gap, tuple(tools))
+        )
+        pos += n
+    if pos > len(messages):
+        raise ValueError(f"calls append {pos} messages, the trajectory has {len(messages)}")
+    return EpisodeResult(
+        episode=str(doc["episode"]), task_id=str(doc["task"]), agent=str(doc["agent"]),
+        reward=float(doc["reward"]), submissions=[Submission(**s) for s in doc["submissions"]],
+        terminated=bool(doc["terminated"]), truncated=bool(doc["truncated"]),
+        steps=int(doc["steps"]), messages=messages, calls=calls,
+        tool_runs=[ToolRun(**t) for t in doc["tool_runs"]], error=doc["error"],
+    )  # fmt: skip
+
+
+def read_rollouts(path: Path) -> list[EpisodeResult]:
+    """The episodes of a rollouts file; a torn final line (no newline: an interrupted write) is
+    ignored, any other bad line raises :class:`FormatError` with its line number."""
+    out = []
+    with path.open("rb") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                out.append(episode_from_line(msgspec.json.decode(line)))
+            except msgspec.DecodeError as err:
+                if not line.endswith(b"\n"):
+                    break
+                raise FormatError(str(path), lineno, f"bad JSON: {err}") from None
+            except (KeyError, TypeError, ValueError, AttributeError) as err:
+                raise FormatError(str(path), lineno, f"not a rollout: {err!r}") from None
+    return out
