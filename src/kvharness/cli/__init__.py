@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -51,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as err:
         print(f"kvharness {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as `cat` does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as err:  # the environment's fault (disk full, a path gone), not the program's
         where = f"{err.filename}: " if err.filename is not None else ""
         print(f"kvharness {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
