@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -95,3 +97,17 @@ def test_a_read_only_folder_is_refused_unless_root(tmp_path: Path) -> None:
         with pytest.raises(UserError, match="cannot write in"):
             output_file(ro / "w.jsonl", "OUTPUT")
     assert list(ro.iterdir()) == []
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`kvharness ... | head`: the closed pipe ends the command with 141 and no traceback."""
+    cmd = [sys.executable, "-m", "kvharness", "workload", "convert", "synthetic:sessions=400"]
+    proc = subprocess.Popen(
+        [*cmd, "/dev/stdout"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(1)
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 141
+    assert proc.stderr.read() == b""
+    proc.stderr.close()
