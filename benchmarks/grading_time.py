@@ -11,7 +11,8 @@ is the wall time of the call: staging the copy, the sandboxed pytest run, readin
 
 Prints p50 / p90 per path and overall (seconds, nearest rank), p50 per task and path, and checks
 every grading of the fix scored 1.0 untampered (a faster grader that fails the oracle is no
-gain). Figures scale with the machine's load, printed first.
+gain). Figures scale with the machine's load, printed first: compare two graders by running the
+script for each back to back (e.g. ``PYTHONPATH=OTHER/src`` for the other source tree).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--suite", type=Path, help="a built suite (default: the smoke suite)")
-    parser.add_argument("--runs", type=int, default=5, help="gradings per task and path (5)")
+    parser.add_argument("--runs", type=int, default=10, help="gradings per task and path (10)")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be >= 1")

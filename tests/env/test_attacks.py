@@ -39,7 +39,7 @@ from xml.sax.saxutils import quoteattr
 import pytest
 
 from kvharness.cli import main
-from kvharness.env.actions import Action, Bash, EditFile, Submit
+from kvharness.env.actions import Action, Bash, EditFile, Submit, action_to_tool_call
 from kvharness.env.api import AsyncCodingEnv, CodingEnv, EnvConfig, StepResult
 from kvharness.env.grading import GradeResult
 from kvharness.env.harness.agents import fix_snippets
@@ -253,6 +253,8 @@ class Attack:
         return self.name
 
 
+DIST_INFO = Attack("dist-info-entry-point", _dist_info)
+
 LIBRARY_ATTACKS = (
     Attack("atexit-rewrites-report", lambda t: [_append(_library(t), ATEXIT_REWRITE)]),
     Attack("patch-test-report", lambda t: [_append(_library(t), PATCH_REPORTS)]),
@@ -269,7 +271,7 @@ METADATA_ATTACKS = (
             ),
         ],
     ),
-    Attack("dist-info-entry-point", _dist_info),
+    DIST_INFO,
 )
 
 LOADER_ATTACKS = (
@@ -345,7 +347,7 @@ REPORT_ATTACKS = (
 )
 
 SYNC_ATTACKS = LIBRARY_ATTACKS + METADATA_ATTACKS + LOADER_ATTACKS + REPORT_ATTACKS
-ASYNC_ATTACKS = REPORT_ATTACKS + METADATA_ATTACKS[1:]
+ASYNC_ATTACKS = (*REPORT_ATTACKS, DIST_INFO)
 
 
 def oracle_fix(task: Task) -> list[Action]:
@@ -495,34 +497,10 @@ async def test_report_link_to_host_stdin_neither_pays_nor_blocks(
 # -- end to end: `kvharness env run --agent model` ------------------------------------------
 
 
-def _tool_call(name: str, arguments: dict[str, str]) -> dict[str, Any]:
-    return {"name": name, "arguments": json.dumps(arguments)}
-
-
-def dist_info_script() -> list[dict[str, Any]]:
-    """The model's tool calls: plant the plugin and its ``.dist-info`` (as :func:`_dist_info`
-    does, at the root of a flat layout), then submit."""
-    info = "kvh_forge-1.0.dist-info"
-    return [
-        _tool_call("edit_file", {"path": f"{PLUGIN}.py", "search": "", "replace": PLUGIN_SOURCE}),
-        _tool_call(
-            "edit_file",
-            {
-                "path": f"{info}/METADATA",
-                "search": "",
-                "replace": "Metadata-Version: 2.1\nName: kvh-forge\nVersion: 1.0\n",
-            },
-        ),
-        _tool_call(
-            "edit_file",
-            {
-                "path": f"{info}/entry_points.txt",
-                "search": "",
-                "replace": f"[pytest11]\nkvh_forge = {PLUGIN}\n",
-            },
-        ),
-        _tool_call("submit", {}),
-    ]
+def model_script(task: Task) -> list[dict[str, Any]]:
+    """The model's tool calls (``function`` parts): :data:`DIST_INFO`'s actions, then submit."""
+    actions = [*DIST_INFO.actions(task), Submit()]
+    return [action_to_tool_call(a, f"call_{i}")["function"] for i, a in enumerate(actions)]
 
 
 class ScriptedModel(ThreadingHTTPServer):
@@ -580,8 +558,10 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def scripted_model() -> Iterator[ScriptedModel]:
-    server = ScriptedModel(dist_info_script())
+def scripted_model(smoke_suite: list[Task]) -> Iterator[ScriptedModel]:
+    """One script for every task of the suite (they share a layout: the same paths)."""
+    assert len({t.python_path for t in smoke_suite}) == 1
+    server = ScriptedModel(model_script(smoke_suite[0]))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
