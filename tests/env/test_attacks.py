@@ -235,6 +235,12 @@ if "_pytest" in _kvh_sys.modules:
     )
 
 
+THREADING_THROUGH_LOGGING = (
+    "import logging as _kvh_logging\n_kvh_threading = _kvh_logging.threading"
+)
+"""The ``threading`` module without importing it: as an attribute of a module that did."""
+
+
 def _thread_rewrite(task: Task, reach_threading: str) -> str:
     """Library code, targeted: a non-daemon thread (the interpreter waits for it once pytest has
     returned) clears the failures of the task's own test files only, found by their classnames
@@ -306,6 +312,10 @@ LIBRARY_ATTACKS = (
     Attack(
         "thread-rewrites-task-tests",
         lambda t: [_append(_library(t), _thread_rewrite(t, "import threading as _kvh_threading"))],
+    ),
+    Attack(
+        "thread-reached-through-logging",
+        lambda t: [_append(_library(t), _thread_rewrite(t, THREADING_THROUGH_LOGGING))],
     ),
 )
 
