@@ -241,13 +241,14 @@ THREADING_THROUGH_LOGGING = (
 """The ``threading`` module without importing it: as an attribute of a module that did."""
 
 
-def _thread_rewrite(task: Task, reach_threading: str) -> str:
-    """Library code, targeted: a non-daemon thread (the interpreter waits for it once pytest has
-    returned) clears the failures of the task's own test files only, found by their classnames
-    (they are upstream, public), leaving any other test's outcome (a canary's) as it was. It
-    touches neither pytest nor ``sys``, ``atexit`` or ``os._exit``; ``reach_threading`` is the
-    code that binds ``_kvh_threading``."""
-    own = sorted({_junit_key(t)[0] for t in task.tests})
+def _thread_rewrite(task: Task, reach_threading: str, *, only_task_tests: bool = True) -> str:
+    """Library code: a non-daemon thread (the interpreter waits for it once pytest has returned)
+    clears failures in the JUnit report. Targeted (``only_task_tests``): only those of the task's
+    own test files, found by their classnames (they are upstream, public), leaving any other
+    test's outcome (a canary's) as it was; else every failure. It touches neither pytest nor
+    ``sys``, ``atexit`` or ``os._exit``; ``reach_threading`` is the code that binds
+    ``_kvh_threading``."""
+    own = sorted({_junit_key(t)[0] for t in task.tests}) if only_task_tests else None
     return (
         f"\n{reach_threading}\nimport time as _kvh_time\n\n"
         + f"""
@@ -270,7 +271,7 @@ def _kvh_watch(path):
 
     tree = ET.parse(path)
     for case in tree.iter("testcase"):
-        if case.get("classname") in {own!r}:
+        if {own!r} is None or case.get("classname") in {own!r}:
             for child in list(case):
                 if child.tag in ("failure", "error"):
                     case.remove(child)
@@ -312,6 +313,14 @@ LIBRARY_ATTACKS = (
     Attack(
         "thread-rewrites-task-tests",
         lambda t: [_append(_library(t), _thread_rewrite(t, "import threading as _kvh_threading"))],
+    ),
+    Attack(
+        "thread-through-logging-clears-all",
+        lambda t: [
+            _append(
+                _library(t), _thread_rewrite(t, THREADING_THROUGH_LOGGING, only_task_tests=False)
+            )
+        ],
     ),
     Attack(
         "thread-reached-through-logging",
