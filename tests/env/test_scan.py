@@ -64,6 +64,12 @@ def _appended(code: str) -> str:
         ("pid = os.fork()\n", "os.fork"),
         ("subs = object.__subclasses__()\n", ".__subclasses__"),
         ("def __del__(self):\n    pass\n", "def __del__"),
+        ("import weakref\n", "weakref"),
+        ("import asyncio\n", "asyncio"),
+        ("from concurrent.futures import ThreadPoolExecutor\n", "concurrent"),
+        ("cells = add.__closure__\n", ".__closure__"),
+        ("code = add.__code__\n", ".__code__"),
+        ("m = os.sys.modules\n", "sys.modules"),
     ],
 )
 def test_each_forbidden_construct_is_found_with_file_and_line(code: str, key: str) -> None:
@@ -76,6 +82,26 @@ def test_each_forbidden_construct_is_found_with_file_and_line(code: str, key: st
 def test_an_aliased_module_is_still_seen() -> None:
     found = _scan(_appended("import sys as s\nm = s.modules\n"))
     assert found == ["pkg/mod.py:8: uses sys.modules: reaches the import machinery"]
+
+
+@pytest.mark.parametrize(
+    ("code", "found"),
+    [
+        ("import logging\nt = logging.threading.Thread\n", "uses logging.threading.Thread"),
+        ("import logging as lg\nm = lg.sys.modules\n", "uses logging.sys.modules"),
+        ("from logging import sys as s2\nm = s2.modules\n", "uses logging.sys.modules"),
+        ("from logging import threading\n", "imports logging.threading"),
+    ],
+)
+def test_a_module_reached_through_another_module_is_that_module(code: str, found: str) -> None:
+    """``logging`` imports ``sys`` and ``threading``: reaching them as its attributes is
+    reaching them."""
+    assert any(f": {found}: " in line for line in _scan(_appended(code)))
+
+
+def test_an_attribute_named_like_a_module_on_an_object_is_not_flagged() -> None:
+    code = "class Site:\n    def run(self):\n        return self.threading, self.inspect\n"
+    assert _scan(_appended(code)) == []
 
 
 def test_only_added_or_changed_lines_are_judged() -> None:

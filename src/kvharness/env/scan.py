@@ -54,7 +54,7 @@ FORBIDDEN: dict[str, str] = {
     "os.abort": _EXIT,
     "os.kill": _EXIT,
     "os.killpg": _EXIT,
-    "weakref.finalize": _EXIT,
+    "weakref": _EXIT,
     "def __del__": _EXIT,
     # import machinery
     "importlib": _IMPORT,
@@ -91,10 +91,15 @@ FORBIDDEN: dict[str, str] = {
     ".__globals__": _FRAMES,
     ".__subclasses__": _FRAMES,
     ".__builtins__": _FRAMES,
+    ".__closure__": _FRAMES,
+    ".cell_contents": _FRAMES,
+    ".__code__": _FRAMES,
     # processes and threads
     "threading": _PROCESS,
     "_thread": _PROCESS,
     "multiprocessing": _PROCESS,
+    "concurrent": _PROCESS,
+    "asyncio": _PROCESS,
     "subprocess": _PROCESS,
     "os.fork": _PROCESS,
     "os.forkpty": _PROCESS,
@@ -115,9 +120,16 @@ FORBIDDEN: dict[str, str] = {
 """Key -> reason. A bare name is a module (``pytest`` also covers ``pytest.x`` and
 ``_pytest.reports``) or a builtin; ``module.attr`` a module attribute; ``.attr`` that attribute on
 anything; ``getattr(module)`` dynamic attribute access on an imported module; ``def __del__`` a
-finaliser, which runs at interpreter exit, after pytest wrote its report."""
+finaliser, which runs at interpreter exit, after pytest wrote its report (so do ``weakref``
+callbacks). A module is matched however it is reached: as an attribute of another module
+(``logging.threading``) or imported from one (``from logging import sys``)."""
 
 _BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "__builtins__"})
+_MODULES = frozenset(
+    {k.split(".")[0] for k in FORBIDDEN if not k.startswith((".", "def ")) and "(" not in k}
+    - _BUILTINS
+)
+"""Every module the table names, forbidden as a whole (``pytest``) or in part (``sys``, ``os``)."""
 _DYNAMIC_ACCESS = frozenset({"getattr", "setattr", "delattr", "vars"})
 
 
@@ -147,9 +159,20 @@ def _aliases(tree: ast.AST) -> dict[str, str]:
     return names
 
 
+def _rooted(name: str) -> str:
+    """``name`` from the last module in it that the scan knows: a module reached as an attribute
+    of another module is that module (``logging.sys.modules`` is ``sys.modules``,
+    ``logging.threading`` is ``threading``), however it was reached."""
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        if parts[i] in _MODULES:
+            return ".".join(parts[i:])
+    return name
+
+
 def _match(name: str) -> str | None:
     """The :data:`FORBIDDEN` key a dotted name falls under, if any."""
-    parts = name.split(".")
+    parts = _rooted(name).split(".")
     for i in range(len(parts), 0, -1):
         key = ".".join(parts[:i])
         if key in FORBIDDEN and (i > 1 or key not in _BUILTINS or len(parts) == 1):
@@ -192,7 +215,11 @@ class _Visitor(ast.NodeVisitor):
             self._add(node, _match(node.module), f"imports from {node.module}")
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
-                self._add(node, _match(full) if _match(node.module) is None else None, full)
+                self._add(
+                    node,
+                    _match(full) if _match(node.module) is None else None,
+                    f"imports {full}",
+                )
 
     def visit_Name(self, node: ast.Name) -> None:
         name = self._resolve(node)

@@ -63,7 +63,17 @@ REPORT_NAME = ".kvh-junit.xml"
 """Where the old design wrote its junit report; a file of this name is reported as tampering."""
 
 _TEST_DIRS = frozenset({"tests", "test", "testing"})
-_CONFIG_FILES = frozenset({"pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"})
+_CONFIG_FILES = frozenset(
+    {
+        "pytest.ini",
+        ".pytest.ini",
+        "pytest.toml",
+        ".pytest.toml",
+        "tox.ini",
+        "setup.cfg",
+        "pyproject.toml",
+    }
+)
 _STARTUP_HOOKS = frozenset({"sitecustomize", "usercustomize"})
 _COMPILED = (".pyc", ".pyo", ".so", ".pyd")
 _SKIP_DIRS = frozenset({".git"})
