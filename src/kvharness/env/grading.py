@@ -19,7 +19,10 @@ never modify it and never follow a link in it, and
    configuration file (``-c /dev/null``, ``--rootdir`` the tree), no bytecode written or taken, and
    the junit report written to a folder the grader creates for this run alone, mounted outside the
    repository tree; the report is opened without following links, only if it is a regular file
-   under :data:`MAX_REPORT_BYTES`, and parsed off the event loop in :meth:`Grader.agrade`;
+   under :data:`MAX_REPORT_BYTES`, and parsed off the event loop in :meth:`Grader.agrade`. The
+   grader's own plugin ends the process the moment pytest is done with it (``os._exit``), so no
+   code the package left to run later (an ``atexit`` handler, a finaliser, a thread) can rewrite
+   the report after pytest wrote it;
 4. **detect what one process cannot prevent:** canary tests with names drawn at random for each
    grading run in the same pytest process, beside the hidden tests: two must pass, two must fail.
    A report in which they do not come out so was forged (the package's code patched pytest or
@@ -29,11 +32,12 @@ never modify it and never follow a link in it, and
 A test that did not report (not collected, crashed run, timeout) has failed. Score: the fraction
 of FAIL_TO_PASS tests passing; 0 if any PASS_TO_PASS test does not pass or anything is tampered.
 
-Remaining limit: the package's code still runs inside the pytest process. An attack that forges
-only the outcomes of the task's own tests (their names are public, upstream) and not the canaries,
-written with constructs the scan does not know (plain file writes to the report path at a moment
-the package picks, say), is not caught; the scan's table is the place to close such a way once it
-is found. Conftest files and configuration of the *pristine* repository are trusted as they are.
+Remaining limit: the package's code still runs inside the pytest process, while the tests run.
+An attack that forges only the outcomes of the task's own tests (their names are public, upstream)
+and not the canaries, *during* the run (patching pytest, or a concurrent writer racing pytest's
+own write of the report) with constructs the scan does not know, is not caught; the scan's table
+is the place to close such a way once it is found. Conftest files and configuration of the
+*pristine* repository are trusted as they are.
 """
 
 from __future__ import annotations
@@ -72,6 +76,40 @@ MAX_REPORT_BYTES = 16 << 20
 
 _REPORT_MOUNT = "/kvh/report"
 _REPORT_FILE = "junit.xml"
+_EXIT_PLUGIN = "kvh_grading_exit"
+_EXIT_PLUGIN_SOURCE = '''"""Loaded by kvharness's grader into every graded pytest run: once the tests ran (exit
+status 0 or 1), the process ends the moment pytest is done with it (os._exit after the last
+pytest_unconfigure), so nothing the code under test left behind (atexit handlers, finalisers,
+weakref callbacks, threads) runs after pytest wrote its report. A session that did not run its
+tests (a usage or internal error) ends as pytest ends it, so that its error is printed: its report
+holds no canaries, and is not trusted."""
+
+import os
+import sys
+
+import pytest
+
+_status = [1]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    _status[0] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    if _status[0] not in (0, 1):
+        return
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(_status[0])
+'''
+"""The grader's own pytest plugin (trusted: it is written by the grader, mounted read-only and
+loaded before any code under test is imported)."""
 _PASSED = "passed"
 _TEST_ENV = {
     "PYTHONHASHSEED": "0",
@@ -153,7 +191,7 @@ class _Planned:
 
 def _plan(
     repo: Path,
-    report_dir: Path,
+    scratch: Path,
     nodeids: Sequence[str],
     *,
     python_path: Sequence[str],
@@ -163,11 +201,16 @@ def _plan(
     unsafe: bool,
     extra_args: Sequence[str],
 ) -> _Planned:
-    """The run of ``nodeids`` on ``repo`` with its report in ``report_dir`` (a fresh folder that
-    nothing in ``repo`` can reach; any report already there is removed)."""
+    """The run of ``nodeids`` on ``repo``. ``scratch``, a fresh folder that nothing in ``repo``
+    can reach, gets ``report/`` (the junit report; any report already there is removed) and
+    ``plugin/`` (the grader's exit plugin, mounted read-only and first on the path)."""
+    report_dir, plugin_dir = scratch / "report", scratch / "plugin"
+    report_dir.mkdir(mode=0o700, exist_ok=True)
+    plugin_dir.mkdir(exist_ok=True)
+    (plugin_dir / f"{_EXIT_PLUGIN}.py").write_text(_EXIT_PLUGIN_SOURCE)
     sandbox = Sandbox(
         repo,
-        ro_paths=ro_paths,
+        ro_paths=(plugin_dir, *ro_paths),
         limits=limits,
         unsafe=unsafe,
         persist=False,
@@ -178,6 +221,7 @@ def _plan(
     root = sandbox.workdir
     argv = [
         *test_command,
+        *("-p", _EXIT_PLUGIN),
         "-q",
         "-c",
         "/dev/null",
@@ -189,7 +233,8 @@ def _plan(
         *extra_args,
         *nodeids,
     ]
-    pythonpath = ":".join(os.path.normpath(f"{root}/{p}") for p in python_path)
+    paths = [str(plugin_dir.resolve()), *(os.path.normpath(f"{root}/{p}") for p in python_path)]
+    pythonpath = ":".join(paths)
     env = {**_TEST_ENV, "PYTHONPATH": pythonpath}
     return _Planned(sandbox, argv, env, report, tuple(nodeids))
 
@@ -226,10 +271,10 @@ def run_tests(
     as grading does (see the module docstring). ``repo`` is used in place (tests may write files
     in it): pass a copy. Every requested node id gets an outcome; unreported ones are
     ``missing``."""
-    with tempfile.TemporaryDirectory(prefix="kvh-report-") as report_dir:
+    with tempfile.TemporaryDirectory(prefix="kvh-report-") as scratch:
         plan = _plan(
             repo,
-            Path(report_dir),
+            Path(scratch),
             nodeids,
             python_path=python_path,
             test_command=test_command,
@@ -403,10 +448,9 @@ class Grader:
             findings = scan_changes(staged.changes, task.scan_allow)
             canaries = _Canaries.draw()
             (staged.tree / canaries.module).write_text(canaries.source())
-            (folder / "report").mkdir(mode=0o700)
             plan = _plan(
                 staged.tree,
-                folder / "report",
+                folder,
                 canaries.order(task.tests),
                 python_path=task.python_path,
                 test_command=task.test_command,
