@@ -9,7 +9,7 @@ completion to the token ids the engine would tokenise it to.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,6 +18,7 @@ import msgspec
 __all__ = [
     "BadRequest",
     "ParsedRequest",
+    "approx_pieces",
     "approx_text",
     "first_session_header",
     "parse_request",
@@ -125,12 +126,17 @@ def _prompt(raw: Any) -> tuple[str | None, list[int] | None]:
     raise BadRequest("'prompt' must be a non-empty string or list of token ids", "prompt")
 
 
-def parse_request(body: bytes, kind: Kind) -> ParsedRequest:
+def parse_request(body: bytes | bytearray, kind: Kind) -> ParsedRequest:
     """Parse and check a ``/v1/chat/completions`` (``chat``) or ``/v1/completions`` body."""
     try:
         data = _decoder.decode(body)
     except msgspec.DecodeError as err:
         raise BadRequest(f"request body is not valid JSON: {err}") from None
+    except RecursionError:
+        raise BadRequest(
+            "request body nests JSON arrays or objects too deeply to parse (a few hundred "
+            "levels at most)"
+        ) from None
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
     model = data.get("model")
@@ -194,9 +200,17 @@ def with_token_ids(parsed: ParsedRequest, ids: Sequence[int]) -> bytes | None:
 
 def approx_text(parsed: ParsedRequest) -> str:
     """The prompt as text, for hashing without the engine's tokenizer (an approximation)."""
+    return "".join(approx_pieces(parsed))
+
+
+def approx_pieces(parsed: ParsedRequest) -> Iterator[str]:
+    """:func:`approx_text` in pieces (their concatenation), none copied from the request."""
     if parsed.messages is not None:
-        return "".join(f"<{m['role']}>{m['content']}" for m in parsed.messages)
-    return parsed.prompt_text or ""
+        for m in parsed.messages:
+            yield f"<{m['role']}>"
+            yield m["content"]
+    else:
+        yield parsed.prompt_text or ""
 
 
 def first_session_header(headers: Mapping[str, str], names: Sequence[str]) -> str | None:
