@@ -146,6 +146,18 @@ def watch(port: int, pid: int, stop: threading.Event, lat: list[float], rss: lis
     conn.close()
 
 
+def health_alone(port: int, pid: int, seconds: float) -> np.ndarray:
+    """``/health`` latencies (ms) with nothing else sent: what the machine alone costs."""
+    lat: list[float] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch, args=(port, pid, stop, lat, []))
+    watcher.start()
+    time.sleep(seconds)
+    stop.set()
+    watcher.join()
+    return np.array(lat) * 1000
+
+
 async def phase_bodies(args: argparse.Namespace, gw_args: list[str]) -> None:
     word = "def f(x): return x  # padding; "
     body = chat_body(word * (args.body_mib * 1024 * 1024 // len(word)))
@@ -155,6 +167,7 @@ async def phase_bodies(args: argparse.Namespace, gw_args: list[str]) -> None:
             f"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json"
             f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         ).encode()
+        idle = health_alone(port, pid, 3.0)
         base = rss_mb(pid)
         lat: list[float] = []
         rss: list[float] = [base]
@@ -170,6 +183,10 @@ async def phase_bodies(args: argparse.Namespace, gw_args: list[str]) -> None:
         ms = np.array(lat) * 1000
         print(f"bodies: {args.bodies} x {len(body) / 2**20:.0f} MiB at once, done in {took:.1f} s")
         print(f"  gateway RSS: {base:.0f} MB before, {max(rss):.0f} MB at peak")
+        print(
+            f"  /health alone, before ({len(idle)} asks): p50 {np.percentile(idle, 50):.1f} ms, "
+            f"p99 {np.percentile(idle, 99):.1f} ms, max {idle.max():.1f} ms"
+        )
         print(
             f"  /health during it ({len(ms)} asks): p50 {np.percentile(ms, 50):.1f} ms, "
             f"p99 {np.percentile(ms, 99):.1f} ms, max {ms.max():.1f} ms"
@@ -231,7 +248,10 @@ async def phase_hung(args: argparse.Namespace, gw_args: list[str]) -> None:
         except TimeoutError:
             status, text = 0, b"no answer"
         took = time.perf_counter() - t0
-        print(f"hung: read timeout {args.read_timeout or 'the gateway default'}")
+        with urllib.request.urlopen(url + "/status", timeout=5) as r:
+            configured = json.loads(r.read())["config"]["read_timeout_s"]
+        with_default = "(the gateway's default)" if not args.read_timeout else "(--read-timeout)"
+        print(f"hung: the gateway's read timeout is {configured} s {with_default}")
         print(f"  answered {status} after {took:.1f} s: {text[:160].decode(errors='replace')}")
 
 

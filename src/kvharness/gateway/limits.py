@@ -62,9 +62,7 @@ async def read_body(
     if not budget.take(taken):
         raise _busy(budget)
     try:
-        if declared is not None:
-            return await _read_declared(request, declared, idle_timeout_s), taken
-        buf = bytearray()
+        buf = bytearray()  # grown in place: large buffers are remapped, not copied, as they grow
         while chunk := await _next_chunk(request, idle_timeout_s):
             buf += chunk
             over = len(buf) - taken
@@ -74,6 +72,8 @@ async def read_body(
                 if not budget.take(over):
                     raise _busy(budget)
                 taken += over
+        if declared is not None and len(buf) < declared:
+            raise BodyRefused(400, f"the request body ended after {len(buf)} of {declared} bytes")
         return buf, taken
     except TimeoutError:
         budget.give(taken)
@@ -83,20 +83,6 @@ async def read_body(
     except BaseException:
         budget.give(taken)
         raise
-
-
-async def _read_declared(request: web.Request, size: int, idle_timeout_s: float) -> bytearray:
-    """A body of a declared ``size``, read into one buffer allocated once (no growing copies)."""
-    buf = bytearray(size)
-    with memoryview(buf) as view:
-        pos = 0
-        while pos < size:
-            chunk = await _next_chunk(request, idle_timeout_s)
-            if not chunk:
-                raise BodyRefused(400, f"the request body ended after {pos} of {size} bytes")
-            view[pos : pos + len(chunk)] = chunk
-            pos += len(chunk)
-    return buf
 
 
 async def _next_chunk(request: web.Request, idle_timeout_s: float) -> bytes:
