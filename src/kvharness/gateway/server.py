@@ -50,6 +50,7 @@ from kvharness.gateway.requests import (
     ParsedRequest,
     approx_pieces,
     first_session_header,
+    materialised,
     parse_request,
     with_token_ids,
 )
@@ -417,13 +418,20 @@ class Gateway:
 
     # --- hashing ---------------------------------------------------------------------------
 
+    def _approximate(self, parsed: ParsedRequest) -> bool:
+        """Whether ``parsed``'s prompt is hashed from its text's bytes (no tokenizer for it)."""
+        return parsed.prompt_ids is None and (
+            self.tokenizer is None
+            or (parsed.messages is not None and self.tokenizer.template is None)
+        )
+
     def _hash_sync(self, parsed: ParsedRequest, sid: str | None) -> HashedPrompt:
+        """The prompt's hashes; ``parsed`` is :func:`materialised` unless :meth:`_approximate`
+        (which hashes a long text's pieces as they are)."""
         h = self.hasher
         if parsed.prompt_ids is not None:
             return h.completion_ids(parsed.prompt_ids, sid)
-        if self.tokenizer is None or (
-            parsed.messages is not None and self.tokenizer.template is None
-        ):
+        if self._approximate(parsed):
             chain = ByteChainHasher(4 * h.block_size, max_blocks=self._chain_limit())
             for piece in approx_pieces(parsed):
                 for at in range(0, len(piece), _TEXT_SLICE):
@@ -437,7 +445,7 @@ class Gateway:
                 add_generation_prompt=parsed.add_generation_prompt,
                 extra=parsed.template_kwargs,
             )
-        assert parsed.prompt_text is not None
+        assert isinstance(parsed.prompt_text, str)
         return h.completion_text(
             parsed.prompt_text, sid, add_special_tokens=parsed.add_special_tokens
         )
@@ -446,6 +454,8 @@ class Gateway:
         """Parse, check and hash a request body. Raises :class:`BadRequest` for anything about
         the body that the gateway cannot take, with the reason for the client."""
         parsed = parse_request(body, kind)
+        if not self._approximate(parsed):
+            parsed = materialised(parsed)
         try:
             hashed = self._hash_sync(parsed, sid)
             if len(hashed.block_hashes) > self._chain_limit():
