@@ -80,6 +80,27 @@ def test_gateway_process_and_status_view(fake_backends: Any, tiny_model_dir: Pat
         ),
         (["gateway", "--backend", "http://x:1", "--forward-token-ids"], "needs the engines'"),
         (["gateway", "status", "--url", "http://127.0.0.1:9", "--once"], "cannot reach"),
+        (["gateway", "--backend", "http://x:1", "--port", "99999"], "port must be 0..65535"),
+        (["gateway", "--backend", "not-a-url"], "is not an http://HOST:PORT URL"),
+        (["gateway", "--backend", "http://x:1/v1"], "without a path"),
+        (["gateway", "--backend", "http://x:99999"], "Port out of range"),
+        (["gateway", "--backend", "http://x:1", "--read-timeout", "-1"], "read_timeout_s must be"),
+        (
+            [
+                "gateway",
+                "--backend",
+                "http://x:1",
+                "--max-body-bytes",
+                "9",
+                "--max-buffered-bytes",
+                "5",
+            ],
+            "max_body_bytes (9) <= max_buffered_bytes (5)",
+        ),
+        (
+            ["gateway", "--backend", "http://x:1", "--api-key-file", "/nonexistent"],
+            "cannot read it",
+        ),
     ],
 )
 def test_cli_errors_are_one_line(
@@ -88,3 +109,31 @@ def test_cli_errors_are_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_the_api_key_comes_from_a_file_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvharness.cli import build_parser
+    from kvharness.cli._gateway import KEY_ENV, build_config
+
+    def config(*extra: str) -> Any:
+        return build_config(
+            build_parser().parse_args(["gateway", "--backend", "http://x:1", *extra])
+        )
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    assert config().api_key is None
+    assert main(["gateway", "--backend", "http://x:1", "--forward-client-auth"]) == 2
+    assert "needs an API key" in capsys.readouterr().err
+    monkeypatch.setenv(KEY_ENV, " k-env \n")
+    assert config().api_key == "k-env"
+    key = tmp_path / "key"
+    key.write_text("k-file\nignored\n")
+    assert config("--api-key-file", str(key)).api_key == "k-file"
+    key.write_text("\n")
+    assert main(["gateway", "--backend", "http://x:1", "--api-key-file", str(key)]) == 2
+    assert "first line is empty" in capsys.readouterr().err
+    monkeypatch.setenv(KEY_ENV, "")
+    assert main(["gateway", "--backend", "http://x:1"]) == 2
+    assert "set but empty" in capsys.readouterr().err

@@ -155,3 +155,21 @@ def test_garbage_on_the_socket_does_not_kill_it(fuzz_gateway: Any) -> None:
     status, _ = request(fuzz_gateway.url, "GET", "/health", b"", {})
     assert status == 200
     assert fuzz_gateway.gateway.hasher.stats.mismatches == 0
+
+
+@SETTINGS
+@given(
+    depth=st.integers(1, 20_000),
+    field=st.sampled_from(["messages", "tools", "prompt", "max_tokens", "chat_template_kwargs"]),
+    opener=st.sampled_from(["[", '{"a": ']),
+    path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]),
+)
+def test_fuzz_deeply_nested_bodies(
+    fuzz_gateway: Any, depth: int, field: str, opener: str, path: str
+) -> None:
+    closer = "]" if opener == "[" else "}"
+    nested = opener * depth + "1" + closer * depth
+    base = '{"messages": [{"role": "user", "content": "x"}], "prompt": "x"'
+    raw = (base.replace(f'"{field}": ', '"unused": ') + f', "{field}": {nested}}}').encode()
+    status, h = request(fuzz_gateway.url, "POST", path, raw, {"Content-Type": "application/json"})
+    check(status, h, (path, field, opener, depth))

@@ -251,3 +251,51 @@ async def test_dropped_kv_events_and_the_index_recovers(
             assert gw.index.match(hg)[0] == len(hg)
             assert sub.stats.untranslated_blocks == 0
     assert gw.hasher.stats.mismatches == 0
+
+
+async def test_engine_counters_through_the_gateway_and_abandoned_requests_abort(
+    vllm_replicas: Sequence[VllmReplica], gateways: Any
+) -> None:
+    """bench's scrape of the gateway finds vLLM's prefix-cache counters, equal to the engine's
+    own; a client that leaves mid-answer has vLLM abort its request (nothing left running)."""
+    from kvharness.bench import scrape
+
+    (rep,) = vllm_replicas
+    gw = await gateways(backends=(rep.url,))
+    via = f"http://127.0.0.1:{gw.port}"
+    before = await scrape.scrape_all([via])
+    msgs = long_messages(7)
+    async with client(gw) as c:
+        for _ in range(2):
+            await c.chat.completions.create(model=rep.model, messages=msgs, max_tokens=2)
+    after = await scrape.scrape_all([via, rep.url])
+    assert after[via] is not None and after[rep.url] is not None
+    for family in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):
+        assert after[via][family] == after[rep.url][family]
+    ratio = scrape.hit_ratio(scrape.delta(before, {via: after[via]}))
+    assert ratio is not None and ratio > 0
+
+    async def running() -> float:
+        found = await asyncio.to_thread(
+            scrape.scrape, rep.url, 5.0, ("vllm:num_requests_running", "vllm:num_requests_waiting")
+        )
+        return sum((found or {}).values())
+
+    body = json.dumps({"model": rep.model, "messages": msgs, "max_tokens": 2000,
+                       "ignore_eos": True}).encode()  # fmt: skip
+    _, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+    )
+    await writer.drain()
+    deadline = asyncio.get_running_loop().time() + 60
+    while await running() == 0:
+        assert asyncio.get_running_loop().time() < deadline, "the request never ran"
+        await asyncio.sleep(0.05)
+    writer.close()
+    await until(lambda: sum(gw.router.inflight) == 0, timeout=10)
+    deadline = asyncio.get_running_loop().time() + 30
+    while await running() > 0:
+        assert asyncio.get_running_loop().time() < deadline, "vLLM kept the abandoned request"
+        await asyncio.sleep(0.1)

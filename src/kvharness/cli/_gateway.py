@@ -6,12 +6,16 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from kvharness.errors import UserError
 
 HELP = "run the KV-cache-aware OpenAI-compatible gateway in front of engine replicas"
+KEY_ENV = "KVHARNESS_GATEWAY_API_KEY"
+"""Environment variable holding the gateway's API key (when --api-key-file is not given)."""
 
 
 def register(subparsers: Any) -> None:
@@ -109,7 +113,47 @@ def register(subparsers: Any) -> None:
         default=2,
         help="failed health checks in a row that take a replica out",
     )
-    a("--read-timeout", type=float, help="longest silence from a replica, seconds (default: none)")
+    a(
+        "--read-timeout",
+        type=float,
+        default=600.0,
+        help="longest silence from a replica while it answers, seconds; past it the client gets "
+        "504 (default 600; 0: wait forever)",
+    )
+    a(
+        "--client-timeout",
+        type=float,
+        default=15.0,
+        help="seconds a client has to send a request's head (from connecting or its previous "
+        "answer; idle keep-alive connections close after it too) and longest silence within "
+        "its body (else 408)",
+    )
+    a(
+        "--max-body-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        help="largest request body taken, bytes; larger -> 413 (default 64 MiB)",
+    )
+    a(
+        "--max-buffered-bytes",
+        type=int,
+        default=256 * 1024 * 1024,
+        help="request-body bytes held at once over all requests; a body that does not fit -> "
+        "503 with Retry-After (default 256 MiB)",
+    )
+    a(
+        "--api-key-file",
+        metavar="FILE",
+        help="require the key in FILE (its first line) as 'Authorization: Bearer KEY' or "
+        f"'x-api-key: KEY' on every endpoint but /health; without it the key is read from ${KEY_ENV} "
+        "when set (a key is never taken on the command line, where other users can read it)",
+    )
+    a(
+        "--forward-client-auth",
+        action="store_true",
+        help="with an API key: still send the client's Authorization and x-api-key headers on "
+        "to the replicas (by default the gateway's key stops at the gateway)",
+    )
     a(
         "--session-header",
         action="append",
@@ -159,6 +203,9 @@ def build_config(args: argparse.Namespace) -> Any:
         raise UserError("give at least one --backend URL")
     if args.forward_token_ids and args.tokenizer is None:
         raise UserError("--forward-token-ids needs the engines' tokenizer: add --tokenizer DIR")
+    api_key = _api_key(args.api_key_file)
+    if args.forward_client_auth and api_key is None:
+        raise UserError(f"--forward-client-auth needs an API key: --api-key-file or ${KEY_ENV}")
     try:
         events = parse_event_specs(args.kv_events, "--kv-events")
         replays = parse_event_specs(args.kv_replay, "--kv-replay")
@@ -184,7 +231,12 @@ def build_config(args: argparse.Namespace) -> Any:
             max_attempts=args.max_attempts,
             health_interval_s=args.health_interval,
             unhealthy_after=args.unhealthy_after,
-            read_timeout_s=args.read_timeout,
+            read_timeout_s=args.read_timeout or None,
+            client_timeout_s=args.client_timeout,
+            max_body_bytes=args.max_body_bytes,
+            max_buffered_bytes=args.max_buffered_bytes,
+            api_key=api_key,
+            forward_client_auth=args.forward_client_auth,
             session_headers=tuple(h.lower() for h in args.session_header) or ("x-session-id",),
             scrape_interval_s=args.scrape_interval,
             verify_hashing_every=args.verify_hashing_every,
@@ -192,6 +244,23 @@ def build_config(args: argparse.Namespace) -> Any:
         )
     except ValueError as err:
         raise UserError(str(err)) from None
+
+
+def _api_key(path: str | None) -> str | None:
+    """The key from ``path`` (its first line) or, without a path, from :data:`KEY_ENV`."""
+    if path is None:
+        key = os.environ.get(KEY_ENV)
+        if key is not None and not key.strip():
+            raise UserError(f"${KEY_ENV} is set but empty")
+        return key.strip() if key is not None else None
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"--api-key-file {path}: cannot read it: {err}") from None
+    key = lines[0].strip() if lines else ""
+    if not key:
+        raise UserError(f"--api-key-file {path}: the file's first line is empty; put the key there")
+    return key
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = ["GatewayConfig"]
 
@@ -47,9 +48,26 @@ class GatewayConfig:
     unhealthy_after: int = 2
     """Failed health checks in a row that take a replica out."""
     connect_timeout_s: float = 5.0
-    read_timeout_s: float | None = None
-    """Longest silence from a replica while answering; None waits forever."""
+    read_timeout_s: float | None = 600.0
+    """Longest silence from a replica while answering (before its answer's head, or between two
+    pieces of it); past it the client gets 504 (or, mid-stream, an SSE error event). Long enough
+    for a non-streamed answer of thousands of tokens from a loaded engine; None waits forever."""
     max_body_bytes: int = 64 * 1024 * 1024
+    """Largest request body taken, bytes; a larger one is answered 413."""
+    max_buffered_bytes: int = 256 * 1024 * 1024
+    """Bytes of request bodies held at once over all requests (each from its first byte until it
+    is answered); a body that does not fit is answered 503 with Retry-After."""
+    client_timeout_s: float = 15.0
+    """A client must send a request's head within this many seconds of connecting or of its
+    previous answer (idle keep-alive connections are closed after it too), and its body without
+    falling silent this long (else 408)."""
+    api_key: str | None = field(default=None, repr=False)
+    """When set, every endpoint but ``/health`` wants it as ``Authorization: Bearer KEY`` or
+    ``x-api-key: KEY`` (else 401); never shown at ``/status``."""
+    forward_client_auth: bool = False
+    """With ``api_key``: also send the client's ``Authorization`` / ``x-api-key`` on to the
+    replicas (by default the gateway's key stops at the gateway). Without ``api_key`` they are
+    always forwarded."""
     session_headers: tuple[str, ...] = ("x-session-id",)
     scrape_interval_s: float = 0.0
     """Read each replica's own load (vLLM /metrics: waiting requests, KV usage) this often; 0: off,
@@ -65,6 +83,24 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         if not self.backends:
             raise ValueError("at least one backend is needed")
+        for url in self.backends:
+            _check_backend(url)
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0..65535 (0: any free port), got {self.port}")
+        if self.max_body_bytes < 1 or self.max_buffered_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"need 1 <= max_body_bytes ({self.max_body_bytes}) <= max_buffered_bytes "
+                f"({self.max_buffered_bytes})"
+            )
+        timeouts = {
+            "client_timeout_s": self.client_timeout_s,
+            "read_timeout_s": self.read_timeout_s,
+        }
+        for name, value in timeouts.items():
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("the API key is empty")
         if self.max_queue < 1 or self.max_attempts < 1 or self.unhealthy_after < 1:
             raise ValueError("max_queue, max_attempts and unhealthy_after must be >= 1")
         if self.block_size is not None and self.block_size < 1:
@@ -75,6 +111,25 @@ class GatewayConfig:
             raise ValueError(f"KV-event endpoints given for unknown backends: {sorted(unknown)}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The configuration as JSON-able values; the API key only as whether one is set."""
         out = asdict(self)
         out["policy_options"] = dict(self.policy_options)
+        out["api_key"] = "set" if self.api_key is not None else None
         return out
+
+
+def _check_backend(url: str) -> None:
+    """ValueError unless ``url`` is a replica's base URL: ``http://HOST[:PORT]``, no path."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as err:
+        raise ValueError(f"backend {url!r}: {err}") from None
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"backend {url!r} is not an http://HOST:PORT URL")
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        raise ValueError(
+            f"backend {url!r}: give the replica's base URL, http://HOST:PORT, without a path"
+        )
+    if port == 0:
+        raise ValueError(f"backend {url!r}: port 0 cannot be connected to")

@@ -4,8 +4,11 @@ on cue. Not an engine: tests of real serving use vLLM.
 
 Answers ``/v1/chat/completions`` and ``/v1/completions`` (streaming or not) with ``max_tokens``
 (default 8, capped at 4096) tokens of the word "tok", ``/v1/models``, ``/health``, a ``/metrics``
-that reports a vLLM-style ``vllm:cache_config_info``, and, given ``--tokenizer`` (a
-``tokenizer.json``), vLLM's ``/tokenize``. Request headers steer faults:
+that reports a vLLM-style ``vllm:cache_config_info`` and prefix-cache counters, and, given
+``--tokenizer`` (a ``tokenizer.json``), vLLM's ``/tokenize``. Its "prefix cache" remembers whole
+prompts: a prompt seen before counts as all cached (``cached_tokens`` in ``usage`` and
+``vllm:prefix_cache_hits``), any other as none. A request whose client disconnects is cancelled,
+as vLLM aborts it. Request headers steer faults:
 
 * ``x-fake-cut-after: N``: send N stream chunks, then drop the connection (a mid-stream death).
 * ``x-fake-status: CODE``: answer CODE with an error body.
@@ -31,12 +34,12 @@ __all__ = ["main", "make_app"]
 MODEL = "fake-model"
 
 
-def _usage(prompt_tokens: int, completion: int) -> dict[str, object]:
+def _usage(prompt_tokens: int, completion: int, cached: int) -> dict[str, object]:
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": prompt_tokens + completion,
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
 
 
@@ -48,7 +51,8 @@ def make_app(
     tokenizer: str | None = None,
 ) -> web.Application:
     ids = itertools.count()
-    stats = {"requests": 0, "inflight": 0}
+    stats = {"requests": 0, "inflight": 0, "queries": 0, "hits": 0}
+    seen: set[int] = set()
 
     async def generate(request: web.Request) -> web.StreamResponse:
         stats["requests"] += 1
@@ -71,10 +75,17 @@ def make_app(
             return web.json_response(err, status=code)
         n = min(int(body.get("max_tokens") or body.get("max_completion_tokens") or 8), 4096)
         prompt = body.get("messages") if chat else body.get("prompt")
+        text = json.dumps(prompt)
         if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
             prompt_tokens = len(prompt)  # token ids, counted as an engine counts them
         else:
-            prompt_tokens = len(json.dumps(prompt)) // 4
+            prompt_tokens = len(text) // 4
+        key = hash(text)
+        del text
+        cached = prompt_tokens if key in seen else 0
+        seen.add(key)
+        stats["queries"] += prompt_tokens
+        stats["hits"] += cached
         rid = f"fake-{next(ids)}"
         created = int(time.time())
         obj = "chat.completion" if chat else "text_completion"
@@ -94,7 +105,7 @@ def make_app(
                     "created": created,
                     "model": MODEL,
                     "choices": [choice],
-                    "usage": _usage(prompt_tokens, n),
+                    "usage": _usage(prompt_tokens, n, cached),
                     "served_by": name,
                 }
             )
@@ -120,7 +131,7 @@ def make_app(
             await resp.write(event)
         last = {"id": rid, "object": obj + ".chunk", "created": created, "model": MODEL}
         last["choices"] = []
-        last["usage"] = _usage(prompt_tokens, n)
+        last["usage"] = _usage(prompt_tokens, n, cached)
         await resp.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -142,6 +153,10 @@ def make_app(
             f'vllm:num_requests_running{{engine="0"}} {min(1, stats["inflight"])}\n'
             f'vllm:num_requests_waiting{{engine="0"}} {max(0, stats["inflight"] - 1)}\n'
             f'vllm:kv_cache_usage_perc{{engine="0"}} {0.1 * stats["inflight"]}\n'
+            "# TYPE vllm:prefix_cache_queries_total counter\n"
+            f'vllm:prefix_cache_queries_total{{engine="0"}} {stats["queries"]}\n'
+            "# TYPE vllm:prefix_cache_hits_total counter\n"
+            f'vllm:prefix_cache_hits_total{{engine="0"}} {stats["hits"]}\n'
         )
         return web.Response(text=text)
 
@@ -189,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         access_log=None,
         print=None,
+        handler_cancellation=True,
     )
     return 0
 

@@ -19,7 +19,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 
-__all__ = ["ROOT_HASH", "block_hash", "byte_chain_hashes", "chain_hashes"]
+__all__ = ["ROOT_HASH", "ByteChainHasher", "block_hash", "byte_chain_hashes", "chain_hashes"]
 
 ROOT_HASH = 0
 """The parent name of a prompt's first block."""
@@ -72,14 +72,59 @@ def byte_chain_hashes(data: bytes, bytes_per_block: int) -> list[int]:
     For routing without the engine's tokenizer (about 4 bytes a token): such names never match KV
     events, so they only serve an index fed by the router's own decisions.
     """
-    if bytes_per_block <= 0:
-        raise ValueError(f"bytes_per_block must be positive, got {bytes_per_block}")
-    view = memoryview(data)
-    out = []
-    parent = ROOT_HASH
-    for pos in range(0, len(data) - bytes_per_block + 1, bytes_per_block):
-        key = (parent | 1 << 63).to_bytes(8, "little")  # never equal to a token chain's key
-        chunk = view[pos : pos + bytes_per_block]
-        parent = int.from_bytes(hashlib.blake2b(chunk, digest_size=8, key=key).digest(), "little")
-        out.append(parent)
-    return out
+    hasher = ByteChainHasher(bytes_per_block)
+    hasher.feed(data)
+    return hasher.hashes
+
+
+class ByteChainHasher:
+    """:func:`byte_chain_hashes` over data given in pieces: after feeding pieces whose
+    concatenation is ``data``, :attr:`hashes` equals ``byte_chain_hashes(data, bytes_per_block)``
+    cut to its first ``max_blocks`` (None: all), and :attr:`size` is ``len(data)``. Holds at most
+    one partial block besides the hashes; past ``max_blocks`` it only counts bytes."""
+
+    def __init__(self, bytes_per_block: int, max_blocks: int | None = None) -> None:
+        if bytes_per_block <= 0:
+            raise ValueError(f"bytes_per_block must be positive, got {bytes_per_block}")
+        self.bytes_per_block = bytes_per_block
+        self.max_blocks = max_blocks
+        self.hashes: list[int] = []
+        self.size = 0
+        self._parent = ROOT_HASH
+        self._rest = b""
+
+    def feed(self, data: bytes) -> None:
+        """Hash the blocks ``data`` completes; keep its partial tail for the next piece."""
+        self.size += len(data)
+        if self.full:
+            return
+        width = self.bytes_per_block
+        if self._rest:
+            need = width - len(self._rest)
+            if len(data) < need:
+                self._rest += data
+                return
+            self._block(self._rest + data[:need])
+            data = data[need:]
+            self._rest = b""
+            if self.full:
+                return
+        view = memoryview(data)
+        end = len(data) - len(data) % width
+        if self.max_blocks is not None:
+            end = min(end, (self.max_blocks - len(self.hashes)) * width)
+        for pos in range(0, end, width):
+            self._block(view[pos : pos + width])
+        self._rest = b"" if self.full else bytes(view[end:])
+
+    @property
+    def full(self) -> bool:
+        """Whether ``max_blocks`` blocks are hashed (further bytes are only counted)."""
+        return self.max_blocks is not None and len(self.hashes) >= self.max_blocks
+
+    def _block(self, chunk: bytes | memoryview) -> None:
+        key = (self._parent | 1 << 63).to_bytes(8, "little")  # never equal to a token chain's key
+        self._parent = int.from_bytes(
+            hashlib.blake2b(chunk, digest_size=8, key=key).digest(), "little"
+        )
+        self.hashes.append(self._parent)

@@ -9,17 +9,22 @@ completion to the token ids the engine would tokenise it to.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import msgspec
 
+from kvharness.gateway import bigjson
+from kvharness.gateway.bigjson import LongText
+
 __all__ = [
     "BadRequest",
     "ParsedRequest",
+    "approx_pieces",
     "approx_text",
     "first_session_header",
+    "materialised",
     "parse_request",
     "with_token_ids",
 ]
@@ -52,7 +57,7 @@ class ParsedRequest:
     max_output_tokens: int
     messages: list[dict[str, Any]] | None = None
     """Chat messages with contents normalised to strings (as the engine renders them)."""
-    prompt_text: str | None = None
+    prompt_text: str | LongText | None = None
     prompt_ids: list[int] | None = None
     tools: list[Any] | None = None
     add_generation_prompt: bool = True
@@ -61,6 +66,8 @@ class ParsedRequest:
     """Whether the engine adds the tokenizer's special tokens (BOS) to a text completion prompt."""
     fields: dict[str, Any] | None = None
     """The decoded body of a completion request (for :func:`with_token_ids`)."""
+    long_texts: bool = False
+    """Whether strings in it may be :class:`LongText` (a large body; see :func:`materialised`)."""
 
 
 def _int_field(body: Mapping[str, Any], name: str, low: int = 0) -> int | None:
@@ -68,30 +75,46 @@ def _int_field(body: Mapping[str, Any], name: str, low: int = 0) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"'{name}' must be an integer, got {type(value).__name__}", name)
+        raise BadRequest(f"'{name}' must be an integer, got {_type_name(value)}", name)
     if value < low:
         raise BadRequest(f"'{name}' must be >= {low}, got {value}", name)
     return value
 
 
-def _content(message: Mapping[str, Any], i: int) -> str:
+def _type_name(value: Any) -> str:
+    return "str" if isinstance(value, LongText) else type(value).__name__
+
+
+def _plain(value: Any) -> Any:
+    """``value``, a :class:`LongText` joined (for the fields read as whole strings)."""
+    return str(value) if isinstance(value, LongText) else value
+
+
+def _content(message: Mapping[str, Any], i: int) -> str | LongText:
     content = message.get("content")
     if content is None:
         return ""
-    if isinstance(content, str):
+    if isinstance(content, str | LongText):
         return content
     if isinstance(content, list):
-        texts = []
+        texts: list[str | LongText] = []
         for j, part in enumerate(content):
-            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            if not isinstance(part, dict) or not isinstance(_plain(part.get("type")), str):
                 raise BadRequest(f"messages[{i}].content[{j}] must be an object with a 'type'")
-            if part["type"] == "text":
+            if _plain(part["type"]) == "text":
                 text = part.get("text")
-                if not isinstance(text, str):
+                if not isinstance(text, str | LongText):
                     raise BadRequest(f"messages[{i}].content[{j}].text must be a string")
                 texts.append(text)
         # vLLM joins text parts with newlines for templates that take string contents.
-        return "\n".join(texts)
+        if not any(isinstance(t, LongText) for t in texts):
+            return "\n".join(t for t in texts if isinstance(t, str))
+        pieces: list[str] = []
+        for k, t in enumerate(texts):
+            pieces.extend(
+                (["\n"] if k else []) + list(t.pieces if isinstance(t, LongText) else [t])
+            )
+        return LongText(tuple(pieces))
     raise BadRequest(f"messages[{i}].content must be a string, a list of parts or null")
 
 
@@ -102,15 +125,15 @@ def _messages(raw: Any) -> list[dict[str, Any]]:
     for i, m in enumerate(raw):
         if not isinstance(m, dict):
             raise BadRequest(f"messages[{i}] must be an object", "messages")
-        role = m.get("role")
+        role = _plain(m.get("role"))
         if not isinstance(role, str) or not role:
             raise BadRequest(f"messages[{i}].role must be a non-empty string", "messages")
-        out.append({**m, "content": _content(m, i)})
+        out.append({**m, "role": role, "content": _content(m, i)})
     return out
 
 
-def _prompt(raw: Any) -> tuple[str | None, list[int] | None]:
-    if isinstance(raw, str):
+def _prompt(raw: Any) -> tuple[str | LongText | None, list[int] | None]:
+    if isinstance(raw, str | LongText):
         return raw, None
     if isinstance(raw, list) and raw:
         if all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in raw):
@@ -125,15 +148,25 @@ def _prompt(raw: Any) -> tuple[str | None, list[int] | None]:
     raise BadRequest("'prompt' must be a non-empty string or list of token ids", "prompt")
 
 
-def parse_request(body: bytes, kind: Kind) -> ParsedRequest:
-    """Parse and check a ``/v1/chat/completions`` (``chat``) or ``/v1/completions`` body."""
+def parse_request(
+    body: bytes | bytearray, kind: Kind, slice_bytes: int = bigjson.SLICE_BYTES
+) -> ParsedRequest:
+    """Parse and check a ``/v1/chat/completions`` (``chat``) or ``/v1/completions`` body. A body
+    over ``slice_bytes`` is decoded in slices (:mod:`kvharness.gateway.bigjson`): its long
+    strings may be :class:`LongText` until :func:`materialised`."""
+    long_texts = len(body) > slice_bytes
     try:
-        data = _decoder.decode(body)
+        data = bigjson.decode(body, slice_bytes) if long_texts else _decoder.decode(body)
     except msgspec.DecodeError as err:
         raise BadRequest(f"request body is not valid JSON: {err}") from None
+    except RecursionError:
+        raise BadRequest(
+            "request body nests JSON arrays or objects too deeply to parse (a few hundred "
+            "levels at most)"
+        ) from None
     if not isinstance(data, dict):
         raise BadRequest("request body must be a JSON object")
-    model = data.get("model")
+    model = _plain(data.get("model"))
     if model is not None and not isinstance(model, str):
         raise BadRequest("'model' must be a string", "model")
     stream = data.get("stream", False)
@@ -165,6 +198,7 @@ def parse_request(body: bytes, kind: Kind) -> ParsedRequest:
             tools=tools,
             add_generation_prompt=agp,
             template_kwargs=kwargs,
+            long_texts=long_texts,
         )
     text, ids = _prompt(data.get("prompt"))
     special = data.get("add_special_tokens", True)
@@ -179,6 +213,24 @@ def parse_request(body: bytes, kind: Kind) -> ParsedRequest:
         prompt_ids=ids,
         add_special_tokens=special,
         fields=data,
+        long_texts=long_texts,
+    )
+
+
+def materialised(parsed: ParsedRequest) -> ParsedRequest:
+    """``parsed`` with every :class:`LongText` in it joined into a str (as
+    ``parse_request(body, kind, slice_bytes=len(body))`` would have given it)."""
+    if not parsed.long_texts:
+        return parsed
+    m = bigjson.materialise
+    return replace(
+        parsed,
+        messages=m(parsed.messages),
+        prompt_text=m(parsed.prompt_text),
+        tools=m(parsed.tools),
+        template_kwargs=m(parsed.template_kwargs),
+        fields=m(parsed.fields),
+        long_texts=False,
     )
 
 
@@ -194,9 +246,22 @@ def with_token_ids(parsed: ParsedRequest, ids: Sequence[int]) -> bytes | None:
 
 def approx_text(parsed: ParsedRequest) -> str:
     """The prompt as text, for hashing without the engine's tokenizer (an approximation)."""
+    return "".join(approx_pieces(parsed))
+
+
+def approx_pieces(parsed: ParsedRequest) -> Iterator[str]:
+    """:func:`approx_text` in pieces (their concatenation), none copied from the request."""
+    texts: list[Any] = []
     if parsed.messages is not None:
-        return "".join(f"<{m['role']}>{m['content']}" for m in parsed.messages)
-    return parsed.prompt_text or ""
+        for m in parsed.messages:
+            texts += (f"<{m['role']}>", m["content"])
+    else:
+        texts.append(parsed.prompt_text or "")
+    for text in texts:
+        if isinstance(text, LongText):
+            yield from text.pieces
+        else:
+            yield text
 
 
 def first_session_header(headers: Mapping[str, str], names: Sequence[str]) -> str | None:

@@ -1,11 +1,15 @@
 """The gateway's HTTP server: an OpenAI-compatible proxy routing each request by KV-cache contents.
 
-Per request: read and check the body (400 with a reason when malformed), hash the prompt as the
-engines would (incrementally per session), let the policy pick among healthy, not-full replicas
-(429 with Retry-After when all are full), forward the body unchanged and stream the answer back
-byte for byte. A replica that fails before the answer started is marked down and the request is
-tried on another; a stream cut mid-way ends with an SSE ``error`` event. Replica bookkeeping lives
-in :class:`kvharness.gateway.router.Router` (pure); this module adds the clock and the sockets.
+Per request: check the client's key (when one is configured), read the body within the shared
+byte budget (413 / 503 / 408, see :mod:`kvharness.gateway.limits`), check it (400 with a reason
+when malformed, however malformed), hash the prompt as the engines would (incrementally per
+session; large prompts in a worker thread, in slices), let the policy pick among healthy, not-full
+replicas (429 with Retry-After when all are full), forward the body unchanged and stream the answer
+back byte for byte. A replica that fails before the answer started is marked down and the request
+is tried on another; one silent for the read timeout gives 504; a stream cut mid-way ends with an
+SSE ``error`` event. A client that leaves cancels its request: the replica's connection is closed
+(the engine stops working on it) and its queue slot freed at once. Replica bookkeeping lives in
+:class:`kvharness.gateway.router.Router` (pure); this module adds the clock and the sockets.
 """
 
 from __future__ import annotations
@@ -13,18 +17,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hmac
 import itertools
 import logging
+import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, NamedTuple, TypeVar
 
 import aiohttp
 import msgspec
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kvharness.gateway import engine_metrics
 from kvharness.gateway.backends import (
     HealthChecker,
     fetch_engine_info,
@@ -32,15 +40,17 @@ from kvharness.gateway.backends import (
     fetch_tokens,
 )
 from kvharness.gateway.config import GatewayConfig
-from kvharness.gateway.hashing import byte_chain_hashes
+from kvharness.gateway.hashing import ByteChainHasher
 from kvharness.gateway.kv_events import KVEventSubscriber
-from kvharness.gateway.metrics import GatewayMetrics, ReplicaView
+from kvharness.gateway.limits import BodyRefused, ByteBudget, read_body
+from kvharness.gateway.metrics import PREFIX, GatewayMetrics, ReplicaView
 from kvharness.gateway.requests import (
     BadRequest,
     Kind,
     ParsedRequest,
-    approx_text,
+    approx_pieces,
     first_session_header,
+    materialised,
     parse_request,
     with_token_ids,
 )
@@ -48,7 +58,13 @@ from kvharness.gateway.router import Flight, NoReplica, Overloaded, Router
 from kvharness.gateway.sessions import HashedPrompt, PromptHasher
 from kvharness.gateway.tokenizer import EngineTokenizer, TemplateError, load_engine_tokenizer
 from kvharness.gateway.upstream import Response as UpstreamResponse
-from kvharness.gateway.upstream import StreamCut, Upstream, UpstreamError
+from kvharness.gateway.upstream import (
+    StreamCut,
+    StreamTimeout,
+    Upstream,
+    UpstreamError,
+    UpstreamTimeout,
+)
 from kvharness.routing.base import ReplicaState, RouteRequest, make_policy
 from kvharness.routing.index import PrefixIndex
 
@@ -59,7 +75,10 @@ log = logging.getLogger(__name__)
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_CAPACITY_BLOCKS = 10_000
 _INLINE_HASH_BYTES = 256 * 1024
-"""Bodies larger than this are hashed in a worker thread, not on the event loop."""
+"""Bodies larger than this are parsed and hashed in a worker thread, not on the event loop."""
+_TEXT_SLICE = 1024 * 1024
+"""Characters of a prompt encoded at once when hashing it without a tokenizer (each C call that
+holds the interpreter's lock stays short, so the event loop keeps running beside the thread)."""
 _PROBE = (
     "kvharness: def f(x):\n\treturn x ** 2  # ASCII, digits 0123456789, tabs and   spaces,\n"
     "ünïcödé, 日本語, emoji \U0001f680, <|begin_of_text|> <s> </s> [INST] <|im_start|>\n\n"
@@ -73,6 +92,11 @@ _NOT_FORWARDED = frozenset(
     }
 )  # fmt: skip
 """Hop-by-hop and body-framing headers; the rest of a request's headers go to the replica."""
+_AUTH_HEADERS = frozenset({"authorization", "x-api-key"})
+"""Where a client puts an API key; not forwarded when the gateway checks its own."""
+_OPEN_PATHS = frozenset({"/health"})
+"""Paths answered without the API key (load balancers' and orchestrators' probes)."""
+_T = TypeVar("_T")
 _json = msgspec.json.Encoder()
 _RELAY_HIGH = 1024 * 1024
 """Bytes queued for a client above which its replica's socket is not read (backpressure)."""
@@ -109,6 +133,35 @@ class _RelayResponse(web.StreamResponse):
 
 class _UpstreamFailed(Exception):
     """The replica failed before the answer to the client started: safe to retry elsewhere."""
+
+
+class _UpstreamSilent(Exception):
+    """The replica sent nothing for the read timeout before the answer to the client started:
+    it may still be working on the request, so it is not sent elsewhere (the client gets 504)."""
+
+
+class _Prepared(NamedTuple):
+    """What the rest of a request needs of its body once parsed and hashed (the decoded body
+    itself is not kept: for a large prompt it is the bulk of the request's memory)."""
+
+    hashed: HashedPrompt
+    as_ids: bytes | None
+    """The body with a text prompt replaced by its token ids, when the gateway has them."""
+    max_output_tokens: int
+
+
+class _ClientFaultLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's server logger for the gateway: a request aiohttp could not parse (bad header
+    bytes, a malformed request line: the client's fault) is one warning line; anything else is
+    logged as aiohttp logs it, with its traceback."""
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kw: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if isinstance(exc, HttpProcessingError):
+            what = " ".join(str(exc).split())[:300]
+            self.warning("%s: %s: %s", str(msg) % args, type(exc).__name__, what)
+        else:
+            super().exception(msg, *args, exc_info=exc_info, **kw)
 
 
 class Gateway:
@@ -170,6 +223,11 @@ class Gateway:
         self._probes: dict[int, asyncio.Task[bool | None]] = {}
         self._ids = itertools.count()
         self._hash_lock = asyncio.Lock()
+        self.budget = ByteBudget(config.max_buffered_bytes)
+        """Bytes of request bodies held now, over all requests."""
+        self._not_forwarded = _NOT_FORWARDED
+        if config.api_key is not None and not config.forward_client_auth:
+            self._not_forwarded = _NOT_FORWARDED | _AUTH_HEADERS
         self._session: aiohttp.ClientSession | None = None
         """For health checks, discovery, scrapes and /v1/models (off the request path)."""
         self._upstream: Upstream | None = None
@@ -184,7 +242,10 @@ class Gateway:
     # --- lifecycle -------------------------------------------------------------------------
 
     def _make_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[_errors])
+        app = web.Application(
+            client_max_size=self.config.max_body_bytes,
+            middlewares=[_errors, _require_key(self.config.api_key)],
+        )
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
@@ -300,7 +361,14 @@ class Gateway:
 
     async def start(self) -> int:
         """Start listening; returns the port (useful with ``port=0``)."""
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            keepalive_timeout=self.config.client_timeout_s,
+            logger=_ClientFaultLogger(logging.getLogger("aiohttp.server")),
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, reuse_address=True)
         await site.start()
@@ -350,16 +418,25 @@ class Gateway:
 
     # --- hashing ---------------------------------------------------------------------------
 
+    def _approximate(self, parsed: ParsedRequest) -> bool:
+        """Whether ``parsed``'s prompt is hashed from its text's bytes (no tokenizer for it)."""
+        return parsed.prompt_ids is None and (
+            self.tokenizer is None
+            or (parsed.messages is not None and self.tokenizer.template is None)
+        )
+
     def _hash_sync(self, parsed: ParsedRequest, sid: str | None) -> HashedPrompt:
+        """The prompt's hashes; ``parsed`` is :func:`materialised` unless :meth:`_approximate`
+        (which hashes a long text's pieces as they are)."""
         h = self.hasher
         if parsed.prompt_ids is not None:
             return h.completion_ids(parsed.prompt_ids, sid)
-        if self.tokenizer is None or (
-            parsed.messages is not None and self.tokenizer.template is None
-        ):
-            data = approx_text(parsed).encode()
-            hashes = byte_chain_hashes(data, 4 * h.block_size)
-            return HashedPrompt(tuple(hashes), len(data) // 4, (), 0)
+        if self._approximate(parsed):
+            chain = ByteChainHasher(4 * h.block_size, max_blocks=self._chain_limit())
+            for piece in approx_pieces(parsed):
+                for at in range(0, len(piece), _TEXT_SLICE):
+                    chain.feed(piece[at : at + _TEXT_SLICE].encode())
+            return HashedPrompt(tuple(chain.hashes), chain.size // 4, (), 0)
         if parsed.messages is not None:
             return h.chat(
                 parsed.messages,
@@ -368,16 +445,55 @@ class Gateway:
                 add_generation_prompt=parsed.add_generation_prompt,
                 extra=parsed.template_kwargs,
             )
-        assert parsed.prompt_text is not None
+        assert isinstance(parsed.prompt_text, str)
         return h.completion_text(
             parsed.prompt_text, sid, add_special_tokens=parsed.add_special_tokens
         )
 
-    async def _hash(self, parsed: ParsedRequest, sid: str | None, size: int) -> HashedPrompt:
-        async with self._hash_lock:
-            if size <= _INLINE_HASH_BYTES:
-                return self._hash_sync(parsed, sid)
-            return await asyncio.to_thread(self._hash_sync, parsed, sid)
+    def _prepare_sync(self, body: bytes | bytearray, kind: Kind, sid: str | None) -> _Prepared:
+        """Parse, check and hash a request body. Raises :class:`BadRequest` for anything about
+        the body that the gateway cannot take, with the reason for the client."""
+        parsed = parse_request(body, kind)
+        if not self._approximate(parsed):
+            parsed = materialised(parsed)
+        try:
+            hashed = self._hash_sync(parsed, sid)
+            if len(hashed.block_hashes) > self._chain_limit():
+                hashed = hashed._replace(block_hashes=hashed.block_hashes[: self._chain_limit()])
+            as_ids = None
+            if self.config.forward_token_ids and hashed.token_ids:
+                as_ids = with_token_ids(parsed, hashed.token_ids)
+        except RecursionError:
+            raise BadRequest("the request nests JSON too deeply to render its prompt") from None
+        except (TemplateError, ValueError, OverflowError) as err:
+            raise BadRequest(f"cannot render or tokenise the prompt: {err}") from None
+        return _Prepared(hashed, as_ids, parsed.max_output_tokens)
+
+    def _chain_limit(self) -> int:
+        """Blocks of a prompt's chain that are routed on: the largest replica's KV capacity (the
+        blocks past it can be cached on no replica, and would only cost the index memory and the
+        event loop time)."""
+        return max(s.capacity_blocks for s in self.states)
+
+    async def _hashing(self, size: int, work: Callable[[], _T]) -> _T:
+        """``work()`` (which uses the hasher) under the hash lock: inline for a body of up to
+        :data:`_INLINE_HASH_BYTES`, else in a worker thread. The lock is held until ``work``
+        returns, even when the caller is cancelled meanwhile (the hasher is not thread-safe)."""
+        await self._hash_lock.acquire()
+        if size <= _INLINE_HASH_BYTES:
+            try:
+                return work()
+            finally:
+                self._hash_lock.release()
+        task = asyncio.ensure_future(asyncio.to_thread(work))
+
+        def done(t: asyncio.Future[_T]) -> None:
+            self._hash_lock.release()
+            if not t.cancelled():
+                t.exception()  # retrieved: a caller that left does not leave it unreported
+
+        task.add_done_callback(done)
+        return await asyncio.shield(task)
 
     async def _tokenizes_alike(self, i: int) -> bool:
         """Whether replica ``i`` tokenises text as the gateway does, found out once per replica
@@ -431,32 +547,49 @@ class Gateway:
 
     async def _proxy(self, request: web.Request, kind: Kind, path: str) -> web.StreamResponse:
         t0 = time.perf_counter()
-        m = self.metrics
-        body = await request.read()
         try:
-            parsed = parse_request(body, kind)
+            body, held = await read_body(
+                request, self.budget, self.config.max_body_bytes, self.config.client_timeout_s
+            )
+        except BodyRefused as err:
+            self.metrics.errors.labels(f"body_{err.status}").inc()
+            retry = {"Retry-After": str(max(1, round(self.config.retry_after_s)))}
+            resp = _error(
+                err.status,
+                str(err),
+                "server_error" if err.status == 503 else "invalid_request_error",
+                headers=retry if err.status == 503 else None,
+            )
+            resp.force_close()  # the rest of the body is not read: the connection ends here
+            return resp
+        try:
+            return await self._proxy_body(request, kind, path, body, t0)
+        finally:
+            self.budget.give(held)
+
+    async def _proxy_body(
+        self, request: web.Request, kind: Kind, path: str, body: bytearray, t0: float
+    ) -> web.StreamResponse:
+        m = self.metrics
+        sid = first_session_header(request.headers, self.config.session_headers)
+        try:
+            prep = await self._hashing(
+                len(body), functools.partial(self._prepare_sync, body, kind, sid)
+            )
         except BadRequest as err:
             m.errors.labels("bad_request").inc()
             return _error(400, str(err), "invalid_request_error", err.param)
-        sid = first_session_header(request.headers, self.config.session_headers)
-        try:
-            hashed = await self._hash(parsed, sid, len(body))
-        except (TemplateError, ValueError, OverflowError) as err:
-            m.errors.labels("bad_request").inc()
-            return _error(
-                400, f"cannot render or tokenise the prompt: {err}", "invalid_request_error"
-            )
-        as_ids = None
-        if self.config.forward_token_ids and hashed.token_ids:
-            as_ids = with_token_ids(parsed, hashed.token_ids)
+        hashed, as_ids = prep.hashed, prep.as_ids
         route_req = RouteRequest(
             request_id=f"gw-{next(self._ids)}",
             session_id=sid if sid is not None else hashed.session,
             block_hashes=hashed.block_hashes,
             prompt_tokens=hashed.num_tokens,
-            max_output_tokens=parsed.max_output_tokens,
+            max_output_tokens=prep.max_output_tokens,
         )
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED]
+        headers = [
+            (k, v) for k, v in request.headers.items() if k.lower() not in self._not_forwarded
+        ]
         tried: set[int] = set()
         last_error = "no replica"
         for _attempt in range(self.config.max_attempts):
@@ -498,11 +631,18 @@ class Gateway:
             m.route_seconds.observe(time.perf_counter() - t0)
             try:
                 sent = as_ids if as_ids is not None and await self._tokenizes_alike(i) else body
-                return await self._forward(request, i, path, sent, headers, parsed, flight, kind)
+                return await self._forward(request, i, path, sent, headers, flight, kind)
             except _UpstreamFailed as err:
                 last_error = str(err)
                 m.retries.labels("upstream_failed").inc()
                 m.requests.labels(self.urls[i], kind, "retried").inc()
+            except _UpstreamSilent as err:
+                m.errors.labels("timeout").inc()
+                m.requests.labels(self.urls[i], kind, "timeout").inc()
+                return _error(504, str(err), "timeout_error")
+            except asyncio.CancelledError:
+                m.requests.labels(self.urls[i], kind, "client_gone").inc()
+                raise
             finally:
                 self.router.finished(flight, time.monotonic())
         m.errors.labels("no_replica").inc()
@@ -514,9 +654,8 @@ class Gateway:
         request: web.Request,
         i: int,
         path: str,
-        body: bytes,
+        body: bytes | bytearray,
         headers: list[tuple[str, str]],
-        parsed: ParsedRequest,
         flight: Flight,
         kind: Kind,
     ) -> web.StreamResponse:
@@ -524,6 +663,8 @@ class Gateway:
         url = self.urls[i]
         try:
             upstream = await self._upstream.post(url, path, body, headers)
+        except UpstreamTimeout as err:
+            raise self._silent(i, err) from None
         except UpstreamError as err:
             self._suspect(i, str(err))
             raise _UpstreamFailed(f"{url}: {err}") from None
@@ -534,6 +675,8 @@ class Gateway:
             if not ctype.startswith("text/event-stream"):
                 try:
                     data = await upstream.read()
+                except StreamTimeout as err:
+                    raise self._silent(i, err) from None
                 except StreamCut as err:
                     self._suspect(i, f"answer cut: {err}")
                     raise _UpstreamFailed(f"{url}: answer cut: {err}") from None
@@ -566,6 +709,8 @@ class Gateway:
         url = self.urls[i]
         try:
             first = await upstream.first()
+        except StreamTimeout as err:
+            raise self._silent(i, err) from None
         except StreamCut as err:
             self._suspect(i, f"stream failed before its first byte: {err}")
             raise _UpstreamFailed(f"{url}: stream failed before its first byte: {err}") from None
@@ -622,6 +767,12 @@ class Gateway:
         self.metrics.count_request(url, kind, "ok")
         self._observe_stream_usage(b"".join(tail)[-4096:])
         return resp
+
+    def _silent(self, i: int, err: Exception) -> _UpstreamSilent:
+        return _UpstreamSilent(
+            f"the replica {self.urls[i]} did not answer in time ({err}; the gateway's read "
+            "timeout, --read-timeout); it may be hung or overloaded"
+        )
 
     def _observe_usage(self, data: bytes) -> None:
         if b'"usage"' not in data[-2048:] and b'"usage"' not in data[:2048]:
@@ -693,8 +844,15 @@ class Gateway:
         )
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        """The gateway's own metrics, then each replica's (see
+        :mod:`kvharness.gateway.engine_metrics`), read now from every replica at once."""
+        assert self._session is not None
+        texts = await engine_metrics.fetch_texts(
+            self._session, self.urls, self.config.health_timeout_s
+        )
+        engines = engine_metrics.relabel(list(zip(self.urls, texts, strict=True)), PREFIX)
         return web.Response(
-            body=generate_latest(self.metrics.registry),
+            body=generate_latest(self.metrics.registry) + engines,
             headers={"Content-Type": CONTENT_TYPE_LATEST},
         )
 
@@ -738,6 +896,7 @@ class Gateway:
             "block_size": self.hasher.block_size,
             "uptime_s": round(time.time() - self.started_at, 1),
             "tokenizer": str(self.tokenizer.path) if self.tokenizer else None,
+            "buffered_bytes": self.budget.held,
             "replicas": replicas,
             "hashing": {
                 "prompts": hs.prompts,
@@ -750,6 +909,33 @@ class Gateway:
             },
             "config": self.config.to_dict(),
         }
+
+
+def _require_key(key: str | None) -> Any:
+    """Middleware answering 401 to a request without ``key`` (as ``Authorization: Bearer KEY``
+    or ``x-api-key: KEY``) on any path but :data:`_OPEN_PATHS`; passes all when ``key`` is None."""
+    expected = key.encode() if key is not None else b""
+
+    @web.middleware
+    async def require_key(request: web.Request, handler: Any) -> web.StreamResponse:
+        if key is None or request.path in _OPEN_PATHS or _has_key(request.headers, expected):
+            resp: web.StreamResponse = await handler(request)
+            return resp
+        return _error(
+            401,
+            "this gateway wants its API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
+            "authentication_error",
+            headers={"WWW-Authenticate": 'Bearer realm="kvharness gateway"'},
+        )
+
+    return require_key
+
+
+def _has_key(headers: Mapping[str, str], expected: bytes) -> bool:
+    auth = headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    given = token.strip() if scheme.lower() == "bearer" else headers.get("x-api-key", "")
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected)
 
 
 @web.middleware

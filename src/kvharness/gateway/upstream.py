@@ -7,7 +7,9 @@ socket), with no task woken, no stream object and no future per chunk. Before th
 
 Faults, as the server needs them told apart: :class:`UpstreamError` when the replica could not be
 reached or closed before its response head (safe to send the request elsewhere), and
-:class:`StreamCut` when the body broke off. A *reused* keep-alive connection found closed before
+:class:`StreamCut` when the body broke off; a replica silent for the read timeout raises their
+subclasses :class:`UpstreamTimeout` / :class:`StreamTimeout` (it may be working on the request:
+not safe to send it elsewhere). A *reused* keep-alive connection found closed before
 any response byte (the replica's idle timeout) is replaced by a fresh one once, transparently.
 
 Not supported (replicas are plain-HTTP OpenAI servers): TLS, proxies, compression (no
@@ -22,9 +24,19 @@ from collections.abc import Callable, Iterable
 from typing import cast
 from urllib.parse import urlsplit
 
-__all__ = ["Response", "StreamCut", "Upstream", "UpstreamError"]
+__all__ = [
+    "Response",
+    "StreamCut",
+    "StreamTimeout",
+    "Upstream",
+    "UpstreamError",
+    "UpstreamTimeout",
+]
 
 _MAX_HEAD = 64 * 1024
+_WRITE_PIECE = 256 * 1024
+"""A large request body is written in pieces of this many bytes, each once the socket has room,
+so the transport never holds a copy of the whole body."""
 
 Sink = Callable[[bytes], bool]
 """Takes one piece of payload; returns False when the receiver is gone (the relay then stops)."""
@@ -36,6 +48,14 @@ class UpstreamError(Exception):
 
 class StreamCut(Exception):
     """The response body broke off (connection lost, silence past the read timeout, bad framing)."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """The replica sent no response head within the read timeout."""
+
+
+class StreamTimeout(StreamCut):
+    """The replica fell silent mid-body for the read timeout."""
 
 
 _HEAD, _SIZE, _DATA, _CRLF, _TRAILER, _LENGTH, _EOF_BODY, _DONE = range(8)
@@ -59,6 +79,8 @@ class _Conn(asyncio.Protocol):
         self._head: asyncio.Future[None] | None = None
         self._last = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._room: asyncio.Future[None] | None = None
+        """Set while the socket's send buffer is full (the request body waits for it)."""
 
     # -- asyncio callbacks ----------------------------------------------------------------
 
@@ -69,6 +91,7 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._cancel_timer()
+        self.resume_writing()
         if self._head is not None and not self._head.done():
             stale = not self._got_bytes and self.served > 0
             self._head.set_exception(_Stale() if stale else UpstreamError(_why(exc, "closed")))
@@ -78,11 +101,14 @@ class _Conn(asyncio.Protocol):
             else:
                 self.resp._fail(StreamCut(_why(exc, "connection closed mid-body")))
 
-    def pause_writing(self) -> None:  # the request body is written at once; nothing to pause
-        pass
+    def pause_writing(self) -> None:
+        if self._room is None:
+            self._room = self.pool.loop.create_future()
 
     def resume_writing(self) -> None:
-        pass
+        room, self._room = self._room, None
+        if room is not None and not room.done():
+            room.set_result(None)
 
     def data_received(self, data: bytes) -> None:
         self._got_bytes = True
@@ -98,7 +124,7 @@ class _Conn(asyncio.Protocol):
 
     # -- exchange -------------------------------------------------------------------------
 
-    async def exchange(self, head: bytes, body: bytes) -> Response:
+    async def exchange(self, head: bytes, body: bytes | bytearray) -> Response:
         assert self.transport is not None
         loop = self.pool.loop
         self._head = loop.create_future()
@@ -111,11 +137,22 @@ class _Conn(asyncio.Protocol):
         if len(body) < 65536:
             self.transport.write(head + body)
         else:
-            self.transport.write(head)
-            self.transport.write(body)
+            await self._send(head, memoryview(body))
         await self._head
         assert self.resp is not None
         return self.resp
+
+    async def _send(self, head: bytes, body: memoryview) -> None:
+        """Write ``head`` and ``body``, a piece at a time as the socket takes them (stops early
+        when the connection closes: the response head's future then says why)."""
+        assert self.transport is not None
+        self.transport.write(head)
+        for pos in range(0, len(body), _WRITE_PIECE):
+            while self._room is not None and not self.closed:
+                await self._room
+            if self.closed:
+                return
+            self.transport.write(body[pos : pos + _WRITE_PIECE])
 
     def _parse(self, data: bytes) -> None:
         pos = 0
@@ -234,12 +271,12 @@ class _Conn(asyncio.Protocol):
         if self.resp is not None:
             self.resp._complete()
 
-    def _error(self, why: str) -> None:
+    def _error(self, why: str, timed_out: bool = False) -> None:
         self._cancel_timer()
         if self._head is not None and not self._head.done():
-            self._head.set_exception(UpstreamError(why))
+            self._head.set_exception(UpstreamTimeout(why) if timed_out else UpstreamError(why))
         elif self.resp is not None:
-            self.resp._fail(StreamCut(why))
+            self.resp._fail(StreamTimeout(why) if timed_out else StreamCut(why))
         self.abort()
 
     def _check_timeout(self) -> None:
@@ -250,7 +287,7 @@ class _Conn(asyncio.Protocol):
             self._timer = self.pool.loop.call_later(left, self._check_timeout)
             return
         self._timer = None
-        self._error(f"no data for {timeout:g} s")
+        self._error(f"no data for {timeout:g} s", timed_out=True)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -424,7 +461,11 @@ class Upstream:
         self._hosts: dict[str, tuple[str, int, bytes]] = {}
 
     async def post(
-        self, base_url: str, path: str, body: bytes, headers: Iterable[tuple[str, str]]
+        self,
+        base_url: str,
+        path: str,
+        body: bytes | bytearray,
+        headers: Iterable[tuple[str, str]],
     ) -> Response:
         """Send ``body`` to ``base_url + path``; returns when the response head is in.
 

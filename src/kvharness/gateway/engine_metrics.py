@@ -1,0 +1,99 @@
+"""The replicas' own Prometheus metrics, relayed through the gateway's ``/metrics``.
+
+A client that scrapes the gateway (``kvharness bench`` does, before and after a run) then sees
+each engine's counters, such as vLLM's ``vllm:prefix_cache_queries`` / ``_hits``, as one family
+with a ``replica`` label naming the replica's URL (an engine's own ``replica`` label is kept as
+``exported_replica``, as Prometheus does). Summing a family over its label sets gives the
+cluster's total. Families named like the gateway's own (``kvharness_gateway_*``) are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator, Sequence
+
+import aiohttp
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+__all__ = ["fetch_texts", "relabel"]
+
+log = logging.getLogger(__name__)
+
+SCRAPED = "kvharness_gateway_replica_metrics_scraped"
+"""Gauge per replica: 1 when its ``/metrics`` was read for this scrape, else 0."""
+_MAX_TEXT = 16 * 1024 * 1024
+"""A replica's ``/metrics`` longer than this many bytes is not relayed."""
+
+
+async def fetch_texts(
+    session: aiohttp.ClientSession, urls: Sequence[str], timeout_s: float
+) -> list[str | None]:
+    """Each replica's ``/metrics`` text (None where it did not answer 200 in ``timeout_s``)."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    async def one(url: str) -> str | None:
+        try:
+            async with session.get(url + "/metrics", timeout=timeout) as r:
+                if r.status != 200:
+                    return None
+                if (r.content_length or 0) > _MAX_TEXT:
+                    return None
+                data = await r.content.read(_MAX_TEXT + 1)
+                if len(data) > _MAX_TEXT:
+                    return None
+                return data.decode("utf-8", errors="replace")
+        except (TimeoutError, aiohttp.ClientError) as err:
+            log.debug("cannot read %s/metrics: %s", url, err)
+            return None
+
+    return list(await asyncio.gather(*(one(u) for u in urls)))
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families
+
+
+def relabel(texts: Sequence[tuple[str, str | None]], skip_prefix: str) -> bytes:
+    """Prometheus exposition of every family in the ``(replica URL, /metrics text)`` pairs, each
+    sample labelled by its replica, plus :data:`SCRAPED`; families whose name starts with
+    ``skip_prefix`` are dropped, and a text that does not parse counts as not scraped."""
+    merged: dict[str, Metric] = {}
+    scraped = Metric(SCRAPED, "1 when the replica's /metrics was read for this scrape", "gauge")
+    for url, text in texts:
+        families = _parse(url, text)
+        scraped.add_sample(SCRAPED, {"replica": url}, 0.0 if families is None else 1.0)
+        for fam in families or ():
+            if fam.name.startswith(skip_prefix) or not fam.samples:
+                continue
+            out = merged.get(fam.name)
+            if out is None:
+                out = merged[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+            elif out.type != fam.type:
+                continue
+            for s in fam.samples:
+                labels = dict(s.labels)
+                if "replica" in labels:
+                    labels["exported_replica"] = labels.pop("replica")
+                labels["replica"] = url
+                out.add_sample(s.name, labels, s.value, s.timestamp, s.exemplar)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families([scraped, *merged.values()]))
+    return generate_latest(registry)
+
+
+def _parse(url: str, text: str | None) -> list[Metric] | None:
+    if text is None:
+        return None
+    try:
+        return list(text_string_to_metric_families(text))
+    except (ValueError, IndexError, TypeError) as err:
+        log.warning("replica %s: /metrics is not Prometheus text (%s); not relayed", url, err)
+        return None
