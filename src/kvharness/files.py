@@ -1,13 +1,18 @@
-"""Writing a file whole: readers see the old file or the new one, never a part, and no leftovers."""
+"""Small files of a run, whole: written so that readers see the old file or the new one, never a
+part, and no leftovers; read so that a damaged one is a one-line error naming it."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["replacing"]
+from kvharness.errors import FormatError
+
+__all__ = ["read_json", "replacing"]
 
 
 @contextlib.contextmanager
@@ -23,3 +28,18 @@ def replacing(path: str | Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def read_json(path: str | Path, kind: type, what: str) -> Any:
+    """The JSON value in ``path``, which must be a ``kind`` (``what`` names it in the error);
+    anything else raises :class:`FormatError` naming the file (and line)."""
+    where = str(path)
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise FormatError(where, err.lineno, f"bad JSON: {err.msg}") from None
+    except UnicodeDecodeError as err:
+        raise FormatError(where, 1, f"not UTF-8 text: {err.reason}") from None
+    if not isinstance(value, kind):
+        raise FormatError(where, 1, f"expected {what}")
+    return value

@@ -32,8 +32,8 @@ from kvharness.bench.progress import live_progress
 from kvharness.bench.runner import Counts, Runner, finished_turns
 from kvharness.bench.transport import HttpTransport
 from kvharness.bench.words import PromptWords, prompt_words
-from kvharness.errors import FormatError, UserError
-from kvharness.files import replacing
+from kvharness.errors import UserError
+from kvharness.files import read_json, replacing
 from kvharness.report.records import RecordWriter, TurnRecord, read_records
 from kvharness.workload.ideal import IdealCache
 from kvharness.workload.model import Session, Workload
@@ -290,14 +290,7 @@ def _read_passes(path: Path) -> list[Any]:
     """The JSON list of passes in ``path`` (empty when there is none yet)."""
     if not path.exists():
         return []
-    try:
-        passes = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise FormatError(str(path), err.lineno, f"bad JSON: {err.msg}") from None
-    except UnicodeDecodeError as err:
-        raise FormatError(str(path), 1, f"not UTF-8 text: {err.reason}") from None
-    if not isinstance(passes, list):
-        raise FormatError(str(path), 1, "expected a JSON list of passes")
+    passes: list[Any] = read_json(path, list, "a JSON list of passes")
     return passes
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvharness.errors import FormatError, UserError
-from kvharness.files import replacing
+from kvharness.files import read_json, replacing
 from kvharness.report.html import write_html
 from kvharness.report.metrics import Summary, summarise
 from kvharness.report.records import TurnRecord, write_records
@@ -239,14 +238,7 @@ def read_run_records(path: str | Path) -> list[TurnRecord]:
 
 
 def _read_json_object(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise FormatError(str(path), err.lineno, f"bad JSON: {err.msg}") from None
-    except UnicodeDecodeError as err:
-        raise FormatError(str(path), 1, f"not UTF-8 text: {err.reason}") from None
-    if not isinstance(data, dict):
-        raise FormatError(str(path), 1, "expected a JSON object")
+    data: dict[str, Any] = read_json(path, dict, "a JSON object")
     return data
 
 
