@@ -19,8 +19,12 @@ __all__ = ["read_json", "replacing"]
 def replacing(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path`` to write; it replaces ``path`` when the block
     succeeds and is removed when it fails, so a failed write (full disk, interrupt) leaves neither
-    a partial file nor a ``.tmp``."""
+    a partial file nor a ``.tmp``. A ``path`` that exists and is not a regular file (a symbolic
+    link, ``/dev/stdout``, a FIFO) is written through as it is, never replaced."""
     target = Path(path)
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        yield target
+        return
     tmp = target.with_name(target.name + ".tmp")
     try:
         yield tmp

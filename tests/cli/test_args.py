@@ -100,14 +100,16 @@ def test_a_read_only_folder_is_refused_unless_root(tmp_path: Path) -> None:
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
-    """`kvharness ... | head`: the closed pipe ends the command with 141 and no traceback."""
+    """`kvharness ... | head`: the closed pipe ends the command with 141 and no traceback; the
+    output path (a link to the pipe) is written through, not replaced."""
+    stdout = Path("/dev/stdout")
     cmd = [sys.executable, "-m", "kvharness", "workload", "convert", "synthetic:sessions=400"]
-    proc = subprocess.Popen(
-        [*cmd, "/dev/stdout"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    assert proc.stdout.read(1)
-    proc.stdout.close()
-    assert proc.wait(timeout=120) == 141
-    assert proc.stderr.read() == b""
-    proc.stderr.close()
+    with subprocess.Popen(
+        [*cmd, str(stdout)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.read(1)
+        proc.stdout.close()
+        assert proc.wait(timeout=120) == 141
+        assert proc.stderr.read() == b""
+    assert stdout.is_symlink()

@@ -119,11 +119,17 @@ def output_dir(path: str | Path, option: str) -> Path:
 
 def output_file(path: str | Path, option: str) -> Path:
     """Check that file ``path`` can be written: its folder exists and is writable, and ``path`` is
-    not a folder. Creates nothing. Raises :class:`UserError` naming ``option`` otherwise."""
+    not a folder; a ``path`` that is not a regular file (``/dev/stdout``, a FIFO: written through,
+    see :func:`kvharness.files.replacing`) must be writable itself. Creates nothing. Raises
+    :class:`UserError` naming ``option`` otherwise."""
     p = Path(path)
     parent = p.absolute().parent
     if p.is_dir():
         raise UserError(f"{option} {p}: is a folder; give a file path")
+    if p.exists() and not p.is_file():
+        if not os.access(p, os.W_OK):
+            raise UserError(f"{option} {p}: cannot be written")
+        return p
     if not parent.is_dir():
         what = "is a file, not a folder" if parent.exists() else "does not exist"
         raise UserError(f"{option} {p}: the folder {parent} {what}")

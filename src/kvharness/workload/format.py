@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from kvharness.errors import FormatError
+from kvharness.files import replacing
 from kvharness.workload import reader
 from kvharness.workload.chain import BlockChain
 from kvharness.workload.model import Arrival, Session, Turn, Workload
@@ -134,16 +135,9 @@ def dumps_lines(workload: Workload) -> Iterator[bytes]:
 
 def save(workload: Workload, path: str | Path) -> None:
     """Write ``workload`` to ``path`` (atomically: a partial file never replaces a good one)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with tmp.open("wb") as f:
-            for line in dumps_lines(workload):
-                f.write(line)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with replacing(path) as tmp, tmp.open("wb") as f:
+        for line in dumps_lines(workload):
+            f.write(line)
 
 
 def _session_from_wire(w: _Session, block_size: int, where: str, lineno: int) -> Session:
