@@ -267,15 +267,25 @@ def main() -> None:
     argv = sys.argv[1:]
     gw_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--phases", nargs="+", default=["bodies", "abandon", "hung"])
-    parser.add_argument("--bodies", type=int, default=8, help="concurrent huge bodies")
-    parser.add_argument("--body-mib", type=int, default=60, help="size of each, MiB")
-    parser.add_argument("--abandon", type=int, default=512, help="clients that leave")
-    parser.add_argument(
-        "--read-timeout", type=float, help="the gateway's --read-timeout for the hung phase"
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--wait", type=float, default=20.0, help="longest wait per phase, s")
+    parser.add_argument(
+        "--phases",
+        nargs="+",
+        choices=["bodies", "abandon", "hung"],
+        default=["bodies", "abandon", "hung"],
+        help="which phases to run, in order (default: all three)",
+    )
+    parser.add_argument("--bodies", type=int, default=8, help="concurrent huge bodies (8)")
+    parser.add_argument("--body-mib", type=int, default=60, help="size of each, MiB (60)")
+    parser.add_argument("--abandon", type=int, default=512, help="clients that leave (512)")
+    parser.add_argument(
+        "--read-timeout",
+        type=float,
+        help="the gateway's --read-timeout for the hung phase (default: the gateway's own)",
+    )
+    parser.add_argument("--wait", type=float, default=20.0, help="longest wait per phase, s (20)")
     asyncio.run(run(parser.parse_args(argv), gw_args))
 
 
