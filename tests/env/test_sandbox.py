@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import threading
@@ -227,7 +228,12 @@ def test_output_is_capped(repo: Path, env_venv: Path) -> None:
 
 
 def test_async_commands_run_concurrently(repo: Path, env_venv: Path) -> None:
-    boxes = [Sandbox(repo, ro_paths=python_env_paths(env_venv)) for _ in range(3)]
+    """Three episodes, each with its own repository (a command replaces its repository folder
+    when it ends, so one folder serves one sandbox at a time), run their commands at once."""
+    repos = [repo.parent / f"repo-{i}" for i in range(3)]
+    for copy in repos:
+        shutil.copytree(repo, copy)
+    boxes = [Sandbox(r, ro_paths=python_env_paths(env_venv)) for r in repos]
     cmd = "date +%s.%N; sleep 1.5; date +%s.%N"
 
     async def main() -> list[list[float]]:

@@ -169,7 +169,9 @@ def python_env_paths(venv: Path) -> tuple[Path, ...]:
 
 
 class Sandbox:
-    """Runs commands against one repository copy. Not thread-safe per instance; cheap to create.
+    """Runs commands against one repository copy. Not thread-safe per instance, and one
+    repository folder serves one sandbox at a time (a command replaces the folder when it ends);
+    cheap to create.
 
     ``repo`` is the host folder of the episode's copy. Commands work on a copy of it in a tmpfs of
     ``limits.workspace_bytes``; when ``persist`` is true, the folder is replaced after each command
