@@ -291,6 +291,10 @@ def run(args: argparse.Namespace) -> int:
         finally:
             await gateway.stop()
 
+    # Large bodies are parsed and hashed in a worker thread; the event loop's thread gets the
+    # interpreter lock back after 0.5 ms of it instead of the default 5 ms, which keeps
+    # /health and small requests answered meanwhile (benchmarks/gateway_abuse.py).
+    sys.setswitchinterval(0.0005)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(main())
