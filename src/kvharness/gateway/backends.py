@@ -17,6 +17,7 @@ __all__ = [
     "HealthChecker",
     "fetch_engine_info",
     "fetch_engine_load",
+    "fetch_metrics_text",
     "fetch_tokens",
     "parse_cache_config",
     "parse_engine_load",
@@ -125,18 +126,35 @@ def parse_engine_load(metrics_text: str) -> EngineLoad | None:
     )
 
 
-async def fetch_engine_load(
-    session: aiohttp.ClientSession, url: str, timeout_s: float = 2.0
-) -> EngineLoad | None:
+MAX_METRICS_BYTES = 16 * 1024 * 1024
+"""A replica's ``/metrics`` longer than this many bytes is not read."""
+
+
+async def fetch_metrics_text(
+    session: aiohttp.ClientSession, url: str, timeout_s: float
+) -> str | None:
+    """Replica ``url``'s ``/metrics`` text; None where it did not answer 200 within
+    ``timeout_s`` or its text is over :data:`MAX_METRICS_BYTES`."""
     try:
         async with session.get(
             url + "/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as resp:
-            if resp.status != 200:
+        ) as r:
+            if r.status != 200 or (r.content_length or 0) > MAX_METRICS_BYTES:
                 return None
-            return parse_engine_load(await resp.text())
-    except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
+            data = await r.content.read(MAX_METRICS_BYTES + 1)
+            if len(data) > MAX_METRICS_BYTES:
+                return None
+            return data.decode("utf-8", errors="replace")
+    except (TimeoutError, aiohttp.ClientError) as err:
+        log.debug("cannot read %s/metrics: %s", url, err)
         return None
+
+
+async def fetch_engine_load(
+    session: aiohttp.ClientSession, url: str, timeout_s: float = 2.0
+) -> EngineLoad | None:
+    text = await fetch_metrics_text(session, url, timeout_s)
+    return None if text is None else parse_engine_load(text)
 
 
 class HealthChecker:

@@ -19,38 +19,21 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from kvharness.gateway.backends import fetch_metrics_text
+
 __all__ = ["fetch_texts", "relabel"]
 
 log = logging.getLogger(__name__)
 
 SCRAPED = "kvharness_gateway_replica_metrics_scraped"
 """Gauge per replica: 1 when its ``/metrics`` was read for this scrape, else 0."""
-_MAX_TEXT = 16 * 1024 * 1024
-"""A replica's ``/metrics`` longer than this many bytes is not relayed."""
 
 
 async def fetch_texts(
     session: aiohttp.ClientSession, urls: Sequence[str], timeout_s: float
 ) -> list[str | None]:
     """Each replica's ``/metrics`` text (None where it did not answer 200 in ``timeout_s``)."""
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-
-    async def one(url: str) -> str | None:
-        try:
-            async with session.get(url + "/metrics", timeout=timeout) as r:
-                if r.status != 200:
-                    return None
-                if (r.content_length or 0) > _MAX_TEXT:
-                    return None
-                data = await r.content.read(_MAX_TEXT + 1)
-                if len(data) > _MAX_TEXT:
-                    return None
-                return data.decode("utf-8", errors="replace")
-        except (TimeoutError, aiohttp.ClientError) as err:
-            log.debug("cannot read %s/metrics: %s", url, err)
-            return None
-
-    return list(await asyncio.gather(*(one(u) for u in urls)))
+    return list(await asyncio.gather(*(fetch_metrics_text(session, u, timeout_s) for u in urls)))
 
 
 class _Families(Collector):
