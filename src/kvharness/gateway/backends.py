@@ -141,9 +141,11 @@ async def fetch_metrics_text(
         ) as r:
             if r.status != 200 or (r.content_length or 0) > MAX_METRICS_BYTES:
                 return None
-            data = await r.content.read(MAX_METRICS_BYTES + 1)
-            if len(data) > MAX_METRICS_BYTES:
-                return None
+            data = bytearray()
+            async for chunk in r.content.iter_any():  # read(n) returns what has arrived, not n
+                data += chunk
+                if len(data) > MAX_METRICS_BYTES:
+                    return None
             return data.decode("utf-8", errors="replace")
     except (TimeoutError, aiohttp.ClientError) as err:
         log.debug("cannot read %s/metrics: %s", url, err)
