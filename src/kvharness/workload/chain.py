@@ -11,11 +11,20 @@ hash later reappears as a full block therefore materialises as a true prefix of 
 
 Chains are built by :class:`ChainBuilder` from real token ids or from synthetic *segments* (a seed
 and a length, standing for tokens the generator never spells out); both hash the same way.
+
+The block hash. Block ``i`` is named by :func:`block_hash` (name of block ``i - 1``, its content):
+blake2b keyed by the parent's 64-bit name, over the block's token ids as little-endian uint32
+(a segment's content is its seed and span instead), with :data:`ROOT_HASH` the parent of block 0.
+This is the one definition: the gateway names a live prompt's blocks with :func:`chain_hashes`,
+so a workload's chain built from token ids at the engine's block size and the gateway's hashes of
+the same prompt agree.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -23,22 +32,66 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ROOT_HASH",
     "BlockChain",
     "ChainBuilder",
+    "block_hash",
     "block_tokens",
+    "chain_hashes",
     "default_words",
+    "digest",
     "materialise",
     "materialise_text",
     "materialise_words",
     "shared_prefix_tokens",
+    "token_bytes",
 ]
 
 _MASK64 = (1 << 64) - 1
+ROOT_HASH = 0
+"""The parent name of a prompt's first block."""
+
+_FAST = array("I").itemsize == 4 and sys.byteorder == "little"
 
 
-def _digest(parent: int, payload: bytes) -> int:
-    h = hashlib.blake2b(payload, digest_size=8, key=parent.to_bytes(8, "little"))
-    return int.from_bytes(h.digest(), "little")
+def digest(parent: int, payload: bytes | memoryview) -> int:
+    """The chained name of ``payload`` following the block named ``parent`` (64-bit ints)."""
+    key = (parent & _MASK64).to_bytes(8, "little")
+    return int.from_bytes(hashlib.blake2b(payload, digest_size=8, key=key).digest(), "little")
+
+
+def token_bytes(token_ids: Sequence[int]) -> bytes:
+    """Token ids as the bytes a block's hash covers (little-endian uint32)."""
+    if _FAST:
+        return array("I", token_ids).tobytes()
+    return b"".join(int(t).to_bytes(4, "little") for t in token_ids)
+
+
+def block_hash(parent: int, token_ids: Sequence[int]) -> int:
+    """The name of a block of ``token_ids`` following the block named ``parent``."""
+    return digest(parent, token_bytes(token_ids))
+
+
+def chain_hashes(
+    token_ids: Sequence[int], block_size: int, parent: int = ROOT_HASH, start: int = 0
+) -> list[int]:
+    """Names of the full blocks of ``token_ids[start:]``, the first following ``parent``.
+
+    ``start`` must be a multiple of ``block_size`` (it is where an earlier, reused chain ended).
+    Costs one blake2b per block; does not mutate its arguments.
+    """
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    if start % block_size:
+        raise ValueError(f"start {start} is not a multiple of block_size {block_size}")
+    stop = len(token_ids) - (len(token_ids) - start) % block_size
+    data = memoryview(token_bytes(token_ids[start:stop]))
+    width = 4 * block_size
+    out = []
+    for pos in range(0, len(data), width):
+        parent = digest(parent, data[pos : pos + width])
+        out.append(parent)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +152,7 @@ class BlockChain:
         for j in range(self.num_tokens // block_size):
             t = (j + 1) * block_size - 1
             h = self.hashes[t // src]
-            out.append(_digest(h, (t % src).to_bytes(4, "little")))
+            out.append(digest(h, (t % src).to_bytes(4, "little")))
         return tuple(out)
 
     def __len__(self) -> int:
@@ -142,7 +195,7 @@ class ChainBuilder:
         pos = 0
         while pos < len(ids):
             take = min(self.block_size - self._open_len, len(ids) - pos)
-            self._open += np.asarray(ids[pos : pos + take], dtype="<u4").tobytes()
+            self._open += token_bytes(ids[pos : pos + take])
             self._advance(take)
             pos += take
 
@@ -161,7 +214,7 @@ class ChainBuilder:
         self._open_len += take
         self._num_tokens += take
         if self._open_len == self.block_size:
-            self._parent = _digest(self._parent, bytes(self._open))
+            self._parent = digest(self._parent, bytes(self._open))
             self._hashes.append(self._parent)
             self._open.clear()
             self._open_len = 0
@@ -175,7 +228,7 @@ class ChainBuilder:
         if self._open_len:
             # The open block's hash names its content so far; extending it later yields a
             # different hash for the (then longer) block, as the prefix then differs in length.
-            hashes = [*hashes, _digest(self._parent, bytes(self._open))]
+            hashes = [*hashes, digest(self._parent, bytes(self._open))]
         return BlockChain(self.block_size, tuple(hashes), self._num_tokens)
 
 

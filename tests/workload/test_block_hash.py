@@ -1,19 +1,12 @@
+"""The one block hash: chained names of token-id blocks, as the workload and the gateway use it."""
+
 from __future__ import annotations
 
 import random
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from kvharness.gateway.hashing import (
-    ROOT_HASH,
-    ByteChainHasher,
-    block_hash,
-    byte_chain_hashes,
-    chain_hashes,
-)
-from kvharness.workload.chain import ChainBuilder
+from kvharness.workload.chain import ROOT_HASH, ChainBuilder, block_hash, chain_hashes
 
 
 def test_chain_matches_workload_chain_builder() -> None:
@@ -44,23 +37,3 @@ def test_chain_names_whole_prefixes() -> None:
 def test_chain_rejects_bad_arguments(bs: int, start: int) -> None:
     with pytest.raises(ValueError):
         chain_hashes([1, 2, 3, 4], bs, start=start)
-
-
-@given(
-    data=st.binary(max_size=600),
-    cuts=st.lists(st.integers(0, 600), max_size=8),
-    width=st.integers(1, 70),
-    max_blocks=st.none() | st.integers(0, 12),
-)
-def test_byte_chain_hasher_in_pieces_is_the_whole_chain_cut(
-    data: bytes, cuts: list[int], width: int, max_blocks: int | None
-) -> None:
-    hasher = ByteChainHasher(width, max_blocks=max_blocks)
-    at = 0
-    for cut in sorted(min(c, len(data)) for c in cuts):
-        hasher.feed(data[at:cut])
-        at = cut
-    hasher.feed(data[at:])
-    whole = byte_chain_hashes(data, width)
-    assert hasher.hashes == (whole if max_blocks is None else whole[:max_blocks])
-    assert hasher.size == len(data)
