@@ -1,6 +1,6 @@
 """How many concurrent agent sessions one client core drives (issue 4's capacity must-show).
 
-Setup: the stub OpenAI-compatible server (``kvharness.testing.openai_stub``: answers at once with 8
+Setup: the fake OpenAI-compatible server (``kvharness.testing.fake_openai``: answers at once with 8
 streamed tokens) runs in its own process pinned to one CPU; this process, the bench client, is
 pinned to another. Each session sends prompts of about 1,000 tokens growing by 100 each turn, with
 1 s think time between turns; sessions start spread evenly over the first second. For a ladder of
@@ -10,7 +10,7 @@ send lag p99 stays under 5 ms and whose TTFT p99 stays within 5 ms of the single
     .venv/bin/python benchmarks/client_capacity.py [--sessions 1,500,1000,2000,3000] [--turns 6]
 
 Peers (``--peers``): NVIDIA AIPerf and GuideLLM, if installed in ``.cache/peers-venv``, are run
-against the same stub at the same per-session load and their figures printed beside ours.
+against the same fake at the same per-session load and their figures printed beside ours.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def workload(n: int, turns: int, think: float, prompt: int = 1000, growth: int =
 
 def start_stub(cpu: int) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvharness.testing.openai_stub", "--tokens", "8", "--cpu", str(cpu)],
+        [sys.executable, "-m", "kvharness.testing.fake_openai", "--tokens", "8", "--cpu", str(cpu)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -130,7 +130,7 @@ def run_guidellm(
     rate = n / think
     cmd = [
         "taskset", "-c", str(cpu), str(PEERS / "guidellm"), "run",
-        "--backend", f"kind=openai_http,target={url},model=stub",
+        "--backend", f"kind=openai_http,target={url},model=fake",
         "--profile", f"kind=constant,rate={rate:g}",
         "--constraint", f"kind=max_requests,count={max(10, n * turns)}",
         "--tokenizer", f"kind=hf_auto,model={TOKENIZER}",
@@ -174,14 +174,14 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=6, help="turns per session (default 6)")
     ap.add_argument("--think", type=float, default=1.0, help="think time between turns, s")
     ap.add_argument("--client-cpu", type=int, default=0, help="CPU for this client process")
-    ap.add_argument("--server-cpu", type=int, default=1, help="CPU for the stub server")
+    ap.add_argument("--server-cpu", type=int, default=1, help="CPU for the fake server")
     ap.add_argument("--peers", default="", metavar="N,N,...",
                     help="also run AIPerf and GuideLLM (from .cache/peers-venv) at these session "
                          "counts, pinned to the client CPU")  # fmt: skip
     args = ap.parse_args()
     os.sched_setaffinity(0, {args.client_cpu})
-    stub, url = start_stub(args.server_cpu)
-    print(f"client on CPU {args.client_cpu}, stub server {url} on CPU {args.server_cpu}; "
+    fake, url = start_stub(args.server_cpu)
+    print(f"client on CPU {args.client_cpu}, fake server {url} on CPU {args.server_cpu}; "
           f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
     print(f"{'sessions':>8} {'ok':>7} {'fail':>5} {'req/s':>7} {'lag p50':>8} {'lag p99':>8} "
           f"{'TTFT p50':>9} {'TTFT p99':>9} {'CPU/req':>8}  verdict")  # fmt: skip
@@ -211,8 +211,8 @@ def main() -> None:
                       f"{m['cpu_us_per_req']:>6.0f}us  "
                       f"{'ok' if good else 'over'}", flush=True)  # fmt: skip
     finally:
-        stub.terminate()
-        stub.wait()
+        fake.terminate()
+        fake.wait()
     print(f"kvharness bench: {best} concurrent sessions on one core within send lag p99 < 5 ms "
           f"and TTFT p99 <= floor ({floor:.2f} ms) + 5 ms; load average now "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip

@@ -1,6 +1,6 @@
 """The gateway under abuse: huge bodies, abandoned clients, a hung replica.
 
-The replicas are FAKE OpenAI server processes (kvharness.gateway.fake_openai); the gateway runs as
+The replicas are FAKE OpenAI server processes (kvharness.testing.fake_openai); the gateway runs as
 its own process (``python -m kvharness gateway``, default options unless given after ``--``), as
 deployed. Three phases, each printed with what it measured:
 
@@ -33,8 +33,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,6 +41,7 @@ import numpy as np
 
 from kvharness.testing.procs import stop_process, wait_up
 from kvharness.testing.vllm import free_port
+from kvharness.wire import blocking
 
 STALL = {"x-fake-delay-ms": str(10**9)}
 """Headers that make a fake replica wait ~11 days before answering."""
@@ -64,7 +63,7 @@ def processes(replicas: int, gateway_args: list[str]) -> Iterator[tuple[str, int
         for _ in range(replicas):
             port = free_port()
             p = subprocess.Popen(
-                [sys.executable, "-m", "kvharness.gateway.fake_openai", "--port", str(port)],
+                [sys.executable, "-m", "kvharness.testing.fake_openai", "--port", str(port)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -199,8 +198,8 @@ async def phase_bodies(args: argparse.Namespace, gw_args: list[str]) -> None:
 
 
 def inflight(url: str) -> int:
-    with urllib.request.urlopen(url + "/status", timeout=5) as r:
-        return sum(rep["inflight"] for rep in json.loads(r.read())["replicas"])
+    _, body = blocking.get(url + "/status", timeout_s=5)
+    return sum(rep["inflight"] for rep in json.loads(body)["replicas"])
 
 
 async def phase_abandon(args: argparse.Namespace, gw_args: list[str]) -> None:
@@ -248,8 +247,8 @@ async def phase_hung(args: argparse.Namespace, gw_args: list[str]) -> None:
         except TimeoutError:
             status, text = 0, b"no answer"
         took = time.perf_counter() - t0
-        with urllib.request.urlopen(url + "/status", timeout=5) as r:
-            configured = json.loads(r.read())["config"]["read_timeout_s"]
+        _, body = blocking.get(url + "/status", timeout_s=5)
+        configured = json.loads(body)["config"]["read_timeout_s"]
         with_default = "(the gateway's default)" if not args.read_timeout else "(--read-timeout)"
         print(f"hung: the gateway's read timeout is {configured} s {with_default}")
         print(f"  answered {status} after {took:.1f} s: {text[:160].decode(errors='replace')}")

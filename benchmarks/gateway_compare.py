@@ -58,19 +58,19 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import msgspec
 
-from kvharness.bench.scrape import scrape, totals
 from kvharness.report.metrics import Summary, summarise
 from kvharness.report.records import TurnRecord, read_records
 from kvharness.testing import ReplicaConfig, ensure_tiny_model
 from kvharness.testing.procs import SchedTimes, poll, session_sched_seconds, stop_process, wait_up
 from kvharness.testing.vllm import VllmReplica, free_port, start_replicas
+from kvharness.wire import blocking, vllm
+from kvharness.wire.vllm import totals
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / ".." / "shared" / "traces" / "swe-agent"
@@ -84,10 +84,8 @@ def wait_routable(
     body = json.dumps(
         {"model": model, "messages": [{"role": "user", "content": "ready? " * 8}], "max_tokens": 1}
     ).encode()
-    req = urllib.request.Request(
-        url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-    )
-    poll(f"{url} never served a request", req, proc, timeout=timeout, every=2.0, request_timeout=60)
+    poll(f"{url} never served a request", url + "/v1/chat/completions", proc, timeout=timeout,
+         every=2.0, request_timeout=60, body=body)  # fmt: skip
 
 
 # Read from each replica's /metrics around a run: counters' totals, histograms' sums (seconds
@@ -115,10 +113,10 @@ def named(values: dict[str, float], names: dict[str, str]) -> dict[str, float]:
 
 def engine_counters(rep: VllmReplica) -> dict[str, float]:
     """The replica's :data:`ENGINE` figures."""
-    values = scrape(rep.url, timeout=30, families=ENGINE.values())
-    if values is None:
+    text = blocking.run(lambda c: vllm.metrics_text(c, rep.url, timeout_s=30))
+    if text is None:
         raise SystemExit(f"{rep.url}/metrics could not be read")
-    return named(values, ENGINE)
+    return named(totals(text, ENGINE.values()), ENGINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +166,8 @@ def shortfall(records: list[TurnRecord]) -> int:
 
 def reset_caches(reps: list[VllmReplica]) -> None:
     for r in reps:
-        req = urllib.request.Request(r.url + "/reset_prefix_cache", data=b"", method="POST")
-        urllib.request.urlopen(req, timeout=30).read()
+        if not blocking.run(lambda c, url=r.url: vllm.reset_prefix_cache(c, url)):
+            raise RuntimeError(f"{r.url} did not reset its prefix cache")
 
 
 def is_gateway(name: str) -> bool:
@@ -272,8 +270,7 @@ def run_router(
         gateway = None
         if is_gateway(name):
             # Keep the gateway's own view (decisions by reason, matched prefixes...).
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as m:
-                text = m.read()
+            _, text = blocking.get(f"http://127.0.0.1:{port}/metrics")
             (args.out / f"{run_dir.name}.metrics").write_bytes(text)
             gateway = named(totals(text.decode(), GATEWAY.values()), GATEWAY)
         return Run(read_records(run_dir / "records.jsonl"), engine, sched, gateway)

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kvharness.gateway.prompt_hasher import PromptHasher
 from kvharness.gateway.router import Routed, Router
-from kvharness.gateway.sessions import PromptHasher
 from kvharness.gateway.tokenizer import load_engine_tokenizer
 from kvharness.routing.base import ReplicaState, RouteRequest, make_policy
 from kvharness.routing.index import PrefixIndex

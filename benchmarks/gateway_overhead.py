@@ -1,6 +1,6 @@
 """Latency the gateway adds per request, vs going straight to the replica.
 
-The replica is a FAKE OpenAI server process (kvharness.gateway.fake_openai: canned tokens, no
+The replica is a FAKE OpenAI server process (kvharness.testing.fake_openai: canned tokens, no
 model) so the engine's time does not drown the gateway's; it streams ``--tokens`` tokens paced
 ``--token-ms`` apart, as an engine decodes. The gateway runs as its own process
 (``python -m kvharness gateway``, policy agent_aware, hashing with the tiny model's real tokenizer
@@ -177,7 +177,7 @@ async def run(args: argparse.Namespace) -> None:
     bport, gport = free_port(), free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     backend = subprocess.Popen(
-        [sys.executable, "-m", "kvharness.gateway.fake_openai", "--port", str(bport),
+        [sys.executable, "-m", "kvharness.testing.fake_openai", "--port", str(bport),
          "--token-ms", str(args.token_ms)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kvharness.bench.config import BenchConfig, RetryPolicy
-from kvharness.testing.openai_stub import StubServer
+from kvharness.testing.fake_openai import FakeOpenAI
 from kvharness.testing.workloads import agent_workload as _agent_workload
 from kvharness.workload.chain import materialise
 from kvharness.workload.format import save
@@ -25,9 +25,9 @@ def agent_workload_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def stub() -> Iterator[StubServer]:
-    """A stub OpenAI-compatible server on loopback (its ``plan`` may be set to inject faults)."""
-    server = StubServer().start()
+def fake() -> Iterator[FakeOpenAI]:
+    """A FAKE OpenAI-compatible server on loopback (its ``plan`` may be set to inject faults)."""
+    server = FakeOpenAI().start()
     try:
         yield server
     finally:
@@ -55,14 +55,14 @@ def agent_workload_factory() -> Callable[..., Workload]:
     return _agent_workload
 
 
-@pytest.fixture(name="bench_config", params=["fast", "aiohttp"])
+@pytest.fixture(name="bench_config", params=["asyncio", "uvloop"])
 def bench_config_factory(request: pytest.FixtureRequest) -> Callable[..., BenchConfig]:
     """Factory: ``bench_config(targets, workload_path, **BenchConfig/RetryPolicy fields)``; tests
-    using it run once per HTTP client (the bench's own and aiohttp)."""
-    client = request.param
+    using it run once per event loop (the client's protocol callbacks differ between them)."""
+    loop = request.param
 
     def make(targets: Sequence[str], workload: Path, **kw: Any) -> BenchConfig:
-        kw.setdefault("client", client)
+        kw.setdefault("event_loop", loop)
         return _bench_config(targets, workload, **kw)
 
     return make

@@ -12,7 +12,7 @@ import kvharness.sim
 from kvharness.cli import main
 from kvharness.report.io import read_run_records
 from kvharness.testing.cli import run_cli
-from kvharness.testing.openai_stub import StubServer
+from kvharness.testing.fake_openai import FakeOpenAI
 
 
 def test_no_target_runs_the_simulators_default(
@@ -66,43 +66,43 @@ def test_resume_of_no_run_is_one_line(capsys: pytest.CaptureFixture[str]) -> Non
     ],
 )  # fmt: skip
 def test_unusable_out_is_refused_before_any_request(
-    out: Callable[[Path], Path], message: str, tmp_path: Path, stub: StubServer,
+    out: Callable[[Path], Path], message: str, tmp_path: Path, fake: FakeOpenAI,
     agent_workload_file: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     (tmp_path / "file").write_text("x")
-    argv = ["bench", "--target", stub.url, "--workload", str(agent_workload_file),
+    argv = ["bench", "--target", fake.url, "--workload", str(agent_workload_file),
             "--model", "stub", "--no-metrics", "--out", str(out(tmp_path))]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("kvharness bench: error: --out ")
     assert message in err
-    assert stub.stats.requests == 0
+    assert fake.stats.requests == 0
 
 
-def _bench(stub: StubServer, workload: Path, run: Path) -> list[str]:
-    return ["bench", "--target", stub.url, "--workload", str(workload), "--model", "stub",
+def _bench(fake: FakeOpenAI, workload: Path, run: Path) -> list[str]:
+    return ["bench", "--target", fake.url, "--workload", str(workload), "--model", "stub",
             "--no-metrics", "--no-progress", "--out", str(run)]  # fmt: skip
 
 
 def test_resume_after_a_torn_last_record_completes_and_report_reads_it(
-    tmp_path: Path, stub: StubServer, agent_workload_file: Path,
+    tmp_path: Path, fake: FakeOpenAI, agent_workload_file: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     """A crash mid-write leaves records.jsonl ending in part of a record; --resume cuts it off,
     says so, runs the turns not recorded and leaves a file every reader accepts."""
     run = tmp_path / "run"
-    assert main(_bench(stub, agent_workload_file, run)) == 0
+    assert main(_bench(fake, agent_workload_file, run)) == 0
     records = run / "records.jsonl"
     lines = records.read_bytes().splitlines(keepends=True)
     total = len(lines)
     torn = lines[-3][:40]
     records.write_bytes(b"".join(lines[:-3]) + torn)  # the last three turns lost, one torn
     capsys.readouterr()
-    before = stub.stats.requests
+    before = fake.stats.requests
     assert main(["bench", "--resume", str(run), "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert f"records.jsonl: dropped {len(torn)} bytes of a torn last line" in err
-    assert stub.stats.requests - before == 3
+    assert fake.stats.requests - before == 3
     final = records.read_bytes()
     assert final.endswith(b"\n") and len(final.splitlines()) == total
     done = [(r.session, r.turn) for r in read_run_records(records)]
@@ -111,22 +111,22 @@ def test_resume_after_a_torn_last_record_completes_and_report_reads_it(
     summary = json.loads(capsys.readouterr().out)
     assert summary["turns_ok"] == total and summary["sessions_completed"] == 3
     assert main(["bench", "--resume", str(run), "--no-progress"]) == 0  # and again: nothing to do
-    assert stub.stats.requests - before == 3
+    assert fake.stats.requests - before == 3
 
 
 def test_resume_refuses_out(
-    tmp_path: Path, stub: StubServer, agent_workload_file: Path,
+    tmp_path: Path, fake: FakeOpenAI, agent_workload_file: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     run = tmp_path / "run"
-    assert main(_bench(stub, agent_workload_file, run)) == 0
+    assert main(_bench(fake, agent_workload_file, run)) == 0
     capsys.readouterr()
-    before = stub.stats.requests
+    before = fake.stats.requests
     code = main(["bench", "--resume", str(run), "--out", str(tmp_path / "other")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert f"--resume {run} continues that run in its own directory; drop --out" in err
-    assert stub.stats.requests == before and not (tmp_path / "other").exists()
+    assert fake.stats.requests == before and not (tmp_path / "other").exists()
 
 
 def test_every_option_has_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,21 +134,21 @@ def test_every_option_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         main(["bench", "--help"])
     out = capsys.readouterr().out
     for opt in ("--target", "--workload", "--mode", "--resume", "--rate", "--concurrency",
-                "--max-attempts", "--http-client", "--vocab-size"):  # fmt: skip
+                "--max-attempts", "--event-loop", "--vocab-size"):  # fmt: skip
         assert opt in out
 
 
 def test_resume_with_damaged_metrics_fails_before_any_request(
-    tmp_path: Path, stub: StubServer, agent_workload_file: Path,
+    tmp_path: Path, fake: FakeOpenAI, agent_workload_file: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     run = tmp_path / "run"
-    assert main(_bench(stub, agent_workload_file, run)) == 0
+    assert main(_bench(fake, agent_workload_file, run)) == 0
     (run / "metrics.json").write_text('[{"before": ')
     capsys.readouterr()
-    before = stub.stats.requests
+    before = fake.stats.requests
     assert main(["bench", "--resume", str(run), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"kvharness bench: error: {run / 'metrics.json'}:1: bad JSON")
-    assert len(err.splitlines()) == 1 and stub.stats.requests == before
+    assert len(err.splitlines()) == 1 and fake.stats.requests == before
     assert sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp")) == []

@@ -1,4 +1,4 @@
-"""Faults against a real HTTP peer on loopback that misbehaves on purpose (the stub server)."""
+"""Faults against a real HTTP peer on loopback that misbehaves on purpose (the fake server)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from kvharness.bench.config import BenchConfig
 from kvharness.bench.run import run_bench
 from kvharness.cli import main
-from kvharness.testing.openai_stub import StubServer
+from kvharness.testing.fake_openai import FakeOpenAI
 from kvharness.testing.vllm import free_port
 from kvharness.workload.format import save
 from kvharness.workload.model import Workload
@@ -51,11 +51,11 @@ def test_5xx_is_retried_and_the_turn_succeeds(
     two_sessions: tuple[Path, bytes],
     bench_config: Callable[..., BenchConfig],
     tmp_path: Path,
-    stub: StubServer,
+    fake: FakeOpenAI,
 ) -> None:
     path, marker = two_sessions
-    stub.plan = lambda n, body: "http 503" if marker in body and stub.stats.faults == {} else None
-    res = run_bench(bench_config([stub.url], path), tmp_path / "run")
+    fake.plan = lambda n, body: "http 503" if marker in body and fake.stats.faults == {} else None
+    res = run_bench(bench_config([fake.url], path), tmp_path / "run")
     assert res.failure_line() is None and res.turns_ok == 6
     bad = [r for r in res.records if not r.ok]
     assert [(r.session, r.turn, r.attempt) for r in bad] == [("s0", 0, 0)]
@@ -69,7 +69,7 @@ def test_4xx_abandons_the_session_at_once_and_the_run_goes_on(
     two_sessions: tuple[Path, bytes],
     bench_config: Callable[..., BenchConfig],
     tmp_path: Path,
-    stub: StubServer,
+    fake: FakeOpenAI,
 ) -> None:
     path, marker = two_sessions
     seen: list[int] = []
@@ -80,8 +80,8 @@ def test_4xx_abandons_the_session_at_once_and_the_run_goes_on(
             return "http 400" if len(seen) == 2 else None  # s0's second turn
         return None
 
-    stub.plan = plan
-    res = run_bench(bench_config([stub.url], path), tmp_path / "run")
+    fake.plan = plan
+    res = run_bench(bench_config([fake.url], path), tmp_path / "run")
     s0 = sorted((r.turn, r.attempt, r.error is None) for r in res.records if r.session == "s0")
     assert s0 == [(0, 0, True), (1, 0, False)]  # no retry, turn 2 never sent
     assert sum(r.ok for r in res.records if r.session == "s1") == 3
@@ -93,11 +93,11 @@ def test_stream_cut_after_first_token_abandons_without_retry(
     two_sessions: tuple[Path, bytes],
     bench_config: Callable[..., BenchConfig],
     tmp_path: Path,
-    stub: StubServer,
+    fake: FakeOpenAI,
 ) -> None:
     path, marker = two_sessions
-    stub.plan = lambda n, body: "cut" if marker in body else None
-    res = run_bench(bench_config([stub.url], path), tmp_path / "run")
+    fake.plan = lambda n, body: "cut" if marker in body else None
+    res = run_bench(bench_config([fake.url], path), tmp_path / "run")
     s0 = [r for r in res.records if r.session == "s0"]
     assert len(s0) == 1
     cut = s0[0]
@@ -111,12 +111,12 @@ def test_no_answer_before_first_token_is_retried(
     two_sessions: tuple[Path, bytes],
     bench_config: Callable[..., BenchConfig],
     tmp_path: Path,
-    stub: StubServer,
+    fake: FakeOpenAI,
     fault: str,
 ) -> None:
     path, marker = two_sessions
-    stub.plan = lambda n, body: fault if marker in body and not stub.stats.faults else None
-    res = run_bench(bench_config([stub.url], path, timeout=0.5), tmp_path / "run")
+    fake.plan = lambda n, body: fault if marker in body and not fake.stats.faults else None
+    res = run_bench(bench_config([fake.url], path, timeout=0.5), tmp_path / "run")
     bad = [r for r in res.records if not r.ok]
     assert len(bad) == 1 and bad[0].first_token is None
     assert bad[0].error is not None

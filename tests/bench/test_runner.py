@@ -1,4 +1,4 @@
-"""Session pacing, arrivals, isolated mode and resume, against the stub server on loopback."""
+"""Session pacing, arrivals, isolated mode and resume, against the fake server on loopback."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from kvharness.bench.config import BenchConfig
 from kvharness.bench.run import run_bench
 from kvharness.report.records import TurnRecord
-from kvharness.testing.openai_stub import StubServer
+from kvharness.testing.fake_openai import FakeOpenAI
 from kvharness.workload.format import save
 from kvharness.workload.ideal import IdealCache, engine_cached_tokens
 from kvharness.workload.model import Workload
@@ -32,11 +32,11 @@ def _by_session(records: list[TurnRecord]) -> dict[str, list[TurnRecord]]:
 
 
 def test_closed_loop_gaps_and_breakdown_add_up(
-    tmp_path: Path, stub: StubServer, agent_workload: Callable[..., Workload],
+    tmp_path: Path, fake: FakeOpenAI, agent_workload: Callable[..., Workload],
     bench_config: Callable[..., BenchConfig],
 ) -> None:  # fmt: skip
     w = agent_workload(sessions=3, turns=4, repo_tokens=400, gap=0.05, start_spacing=0.1)
-    res = run_bench(bench_config([stub.url], _save(w, tmp_path)), tmp_path / "run")
+    res = run_bench(bench_config([fake.url], _save(w, tmp_path)), tmp_path / "run")
     assert res.turns_ok == 12 and len(res.records) == 12
     for sid, recs in _by_session(res.records).items():
         starts = [r.intended for r in recs]
@@ -57,11 +57,11 @@ def test_closed_loop_gaps_and_breakdown_add_up(
 
 
 def test_ideal_cached_tokens_follow_the_send_order(
-    tmp_path: Path, stub: StubServer, agent_workload: Callable[..., Workload],
+    tmp_path: Path, fake: FakeOpenAI, agent_workload: Callable[..., Workload],
     bench_config: Callable[..., BenchConfig],
 ) -> None:  # fmt: skip
     w = agent_workload(sessions=2, turns=3, repo_tokens=1000, gap=0.01, start_spacing=0.5)
-    res = run_bench(bench_config([stub.url], _save(w, tmp_path)), tmp_path / "run")
+    res = run_bench(bench_config([fake.url], _save(w, tmp_path)), tmp_path / "run")
     ideal = IdealCache()
     chains = {(s.id, i): t.input for s in w.sessions for i, t in enumerate(s.turns)}
     for r in sorted(res.records, key=lambda r: r.sent):
@@ -73,11 +73,11 @@ def test_ideal_cached_tokens_follow_the_send_order(
 
 
 def test_concurrency_one_runs_sessions_back_to_back(
-    tmp_path: Path, stub: StubServer, agent_workload: Callable[..., Workload],
+    tmp_path: Path, fake: FakeOpenAI, agent_workload: Callable[..., Workload],
     bench_config: Callable[..., BenchConfig],
 ) -> None:  # fmt: skip
     w = agent_workload(sessions=3, turns=2, repo_tokens=200, gap=0.01, start_spacing=5.0)
-    cfg = bench_config([stub.url], _save(w, tmp_path), arrival="concurrent", concurrency=1)
+    cfg = bench_config([fake.url], _save(w, tmp_path), arrival="concurrent", concurrency=1)
     res = run_bench(cfg, tmp_path / "run")
     spans = sorted(
         (recs[0].intended, recs[-1].done or 0) for recs in _by_session(res.records).values()
@@ -88,11 +88,11 @@ def test_concurrency_one_runs_sessions_back_to_back(
 
 
 def test_isolated_mode_sends_every_turn_once_shuffled_without_gaps(
-    tmp_path: Path, stub: StubServer, agent_workload: Callable[..., Workload],
+    tmp_path: Path, fake: FakeOpenAI, agent_workload: Callable[..., Workload],
     bench_config: Callable[..., BenchConfig],
 ) -> None:  # fmt: skip
     w = agent_workload(sessions=4, turns=4, repo_tokens=200, gap=10.0, start_spacing=0)
-    cfg = bench_config([stub.url], _save(w, tmp_path), mode="isolated", concurrency=1)
+    cfg = bench_config([fake.url], _save(w, tmp_path), mode="isolated", concurrency=1)
     res = run_bench(cfg, tmp_path / "run")
     order = [(r.session, r.turn) for r in sorted(res.records, key=lambda r: r.sent)]
     assert sorted(order) == sorted((s.id, i) for s in w.sessions for i in range(4))
@@ -102,7 +102,7 @@ def test_isolated_mode_sends_every_turn_once_shuffled_without_gaps(
 
 
 def test_resume_skips_finished_turns_and_restarts_at_the_first_unfinished(
-    tmp_path: Path, stub: StubServer, agent_workload: Callable[..., Workload],
+    tmp_path: Path, fake: FakeOpenAI, agent_workload: Callable[..., Workload],
     bench_config: Callable[..., BenchConfig], first_ids: Callable[..., bytes],
 ) -> None:  # fmt: skip
     w = agent_workload(sessions=2, repos=2, turns=4, repo_tokens=300, gap=0.01, start_spacing=0)
@@ -115,14 +115,14 @@ def test_resume_skips_finished_turns_and_restarts_at_the_first_unfinished(
             return "http 400" if len(hits) == 3 else None  # s1 fails at turn 2
         return None
 
-    stub.plan = plan
-    cfg = bench_config([stub.url], _save(w, tmp_path))
+    fake.plan = plan
+    cfg = bench_config([fake.url], _save(w, tmp_path))
     first = run_bench(cfg, tmp_path / "run")
     assert first.turns_ok == 6 and first.failure_line() is not None
-    stub.plan = None
-    before = stub.stats.requests
+    fake.plan = None
+    before = fake.stats.requests
     second = run_bench(cfg, tmp_path / "run", resume=True)
-    assert stub.stats.requests - before == 2  # s1's turns 2 and 3 only
+    assert fake.stats.requests - before == 2  # s1's turns 2 and 3 only
     assert second.turns_ok == 8 and second.failure_line() is None
     ok = [(r.session, r.turn) for r in second.records if r.ok]
     assert len(ok) == len(set(ok)) == 8
@@ -132,24 +132,24 @@ def test_resume_skips_finished_turns_and_restarts_at_the_first_unfinished(
 
 
 def test_progress_bar_shows_live_counts(
-    tmp_path: Path, stub: StubServer, agent_workload: Callable[..., Workload],
+    tmp_path: Path, fake: FakeOpenAI, agent_workload: Callable[..., Workload],
     bench_config: Callable[..., BenchConfig], capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     w = agent_workload(sessions=2, turns=2, repo_tokens=200, gap=0.01, start_spacing=0)
-    run_bench(bench_config([stub.url], _save(w, tmp_path)), tmp_path / "run", progress=True)
+    run_bench(bench_config([fake.url], _save(w, tmp_path)), tmp_path / "run", progress=True)
     err = capsys.readouterr().err
     assert "4/4" in err and "2 done" in err and "errors 0" in err, err
 
 
 def test_sessions_go_round_robin_over_targets(
-    tmp_path: Path, stub: StubServer, agent_workload: Callable[..., Workload],
+    tmp_path: Path, fake: FakeOpenAI, agent_workload: Callable[..., Workload],
     bench_config: Callable[..., BenchConfig],
 ) -> None:  # fmt: skip
     w = agent_workload(sessions=4, turns=3, repo_tokens=200, gap=0.01, start_spacing=0.05)
-    with StubServer() as other:
-        res = run_bench(bench_config([stub.url, other.url], _save(w, tmp_path)), tmp_path / "run")
+    with FakeOpenAI() as other:
+        res = run_bench(bench_config([fake.url, other.url], _save(w, tmp_path)), tmp_path / "run")
         assert other.stats.requests == 6
-    assert stub.stats.requests == 6
+    assert fake.stats.requests == 6
     by_session = {r.session: r.replica for r in res.records}
     assert all(r.replica == by_session[r.session] for r in res.records)  # one target per session
-    assert [by_session[f"s{i}"] for i in range(4)] == [stub.url, other.url] * 2
+    assert [by_session[f"s{i}"] for i in range(4)] == [fake.url, other.url] * 2

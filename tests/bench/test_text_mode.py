@@ -22,7 +22,7 @@ from kvharness.bench.transport import header_value
 from kvharness.bench.words import prompt_words, tokenizer_words
 from kvharness.cli import main
 from kvharness.errors import UserError
-from kvharness.testing.openai_stub import StubServer
+from kvharness.testing.fake_openai import FakeOpenAI
 from kvharness.workload.chain import BlockChain, ChainBuilder, default_words, materialise_words
 from kvharness.workload.format import save
 from kvharness.workload.ideal import IdealCache, engine_cached_tokens
@@ -207,11 +207,11 @@ def test_isolated_mode_and_other_header_names(
         assert got == [None] * 4
 
 
-# -- ideal cached tokens and resume, against the stub server ------------------------------------
+# -- ideal cached tokens and resume, against the fake server ------------------------------------
 
 
 def test_text_mode_ideal_counts_the_bos_and_resume_keeps_text(
-    tmp_path: Path, stub: StubServer, agent_workload: Callable[..., Workload],
+    tmp_path: Path, fake: FakeOpenAI, agent_workload: Callable[..., Workload],
     bench_config: Callable[..., BenchConfig], tiny_model_dir: Path,
 ) -> None:  # fmt: skip
     w = agent_workload(sessions=2, repos=1, turns=4, repo_tokens=255, task_tokens=100,
@@ -223,12 +223,12 @@ def test_text_mode_ideal_counts_the_bos_and_resume_keeps_text(
         bodies.append(body)
         return "http 400" if n == 5 else None  # one session fails mid-way
 
-    stub.plan = plan
-    cfg = bench_config([stub.url], _save(w, tmp_path), prompt_format="text",
+    fake.plan = plan
+    cfg = bench_config([fake.url], _save(w, tmp_path), prompt_format="text",
                        tokenizer=str(tiny_model_dir))  # fmt: skip
     first = run_bench(cfg, tmp_path / "run")
     assert first.failure_line() is not None and first.turns_ok < 8
-    stub.plan = lambda n, body: bodies.append(body)  # type: ignore[func-returns-value]
+    fake.plan = lambda n, body: bodies.append(body)  # type: ignore[func-returns-value]
     n_before = len(bodies)
     bare = msgspec.structs.replace(cfg, prompt_format="tokens", tokenizer=None)
     second = run_bench(bare, tmp_path / "run", resume=True)  # config comes from config.json
@@ -249,18 +249,18 @@ def test_text_mode_ideal_counts_the_bos_and_resume_keeps_text(
 
 
 def test_old_config_without_the_new_fields_still_resumes(
-    tmp_path: Path, stub: StubServer, agent_workload: Callable[..., Workload],
+    tmp_path: Path, fake: FakeOpenAI, agent_workload: Callable[..., Workload],
     bench_config: Callable[..., BenchConfig],
 ) -> None:  # fmt: skip
     w = agent_workload(sessions=2, turns=2, repo_tokens=200, gap=0.01, start_spacing=0.0)
-    cfg = bench_config([stub.url], _save(w, tmp_path))
-    stub.plan = lambda n, body: "http 400" if n == 0 else None
+    cfg = bench_config([fake.url], _save(w, tmp_path))
+    fake.plan = lambda n, body: "http 400" if n == 0 else None
     run_bench(cfg, tmp_path / "run")
     path = tmp_path / "run" / "config.json"
     old = json.loads(path.read_text())
     del old["prompt_format"], old["session_header"]
     path.write_text(json.dumps(old))
-    stub.plan = None
+    fake.plan = None
     res = run_bench(cfg, tmp_path / "run", resume=True)
     assert res.failure_line() is None and res.turns_ok == 4
 
@@ -278,12 +278,12 @@ def test_cli_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_cli_text_without_a_tokenizer_warns_and_uses_the_builtin_words(
-    tmp_path: Path, stub: StubServer, agent_workload_file: Path,
+    tmp_path: Path, fake: FakeOpenAI, agent_workload_file: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     bodies: list[bytes] = []
-    stub.plan = lambda n, body: bodies.append(body)  # type: ignore[func-returns-value]
-    code = main(["bench", "--target", stub.url, "--model", "stub", "--workload",
+    fake.plan = lambda n, body: bodies.append(body)  # type: ignore[func-returns-value]
+    code = main(["bench", "--target", fake.url, "--model", "stub", "--workload",
                  str(agent_workload_file), "--prompt-format", "text", "--time-scale", "0.05",
                  "--no-metrics", "--no-progress", "--out", str(tmp_path / "run")])  # fmt: skip
     out = " ".join(capsys.readouterr().out.split())

@@ -11,7 +11,7 @@ import pytest
 from kvharness.cli import main
 from kvharness.env.harness.demo import make_demo_suite
 from kvharness.testing.cli import run_cli
-from kvharness.testing.openai_stub import StubServer
+from kvharness.testing.fake_openai import FakeOpenAI
 from kvharness.workload.format import load
 
 
@@ -130,8 +130,8 @@ def test_env_commands_check_out_before_any_work(
     assert built == [] and sorted(p.name for p in tmp_path.iterdir()) == ["FILE", "SUITE"]
 
 
-def _run_argv(stub: StubServer, root: Path, *extra: str) -> list[str]:
-    return ["env", "run", "--endpoint", stub.url, "--tasks", str(root / "suite"),
+def _run_argv(fake: FakeOpenAI, root: Path, *extra: str) -> list[str]:
+    return ["env", "run", "--endpoint", fake.url, "--tasks", str(root / "suite"),
             "--agent", "noop", "--tokenizer", "approx", "--out", str(root / "out"), *extra]  # fmt: skip
 
 
@@ -142,17 +142,17 @@ def test_resume_after_a_torn_rollout_runs_the_rest_and_keeps_every_episode(
     says so, runs only the episodes not recorded, and writes the workload of them all."""
     tasks = make_demo_suite(tmp_path / "suite")
     out = tmp_path / "out"
-    with StubServer(tokens=2) as stub:
-        assert main(_run_argv(stub, tmp_path)) == 0
-        first_run = stub.stats.requests
+    with FakeOpenAI(tokens=2) as fake:
+        assert main(_run_argv(fake, tmp_path)) == 0
+        first_run = fake.stats.requests
         rollouts = out / "rollouts.jsonl"
         first, second = rollouts.read_bytes().splitlines(keepends=True)
         rollouts.write_bytes(first + second[:100])
         kept = json.loads(first)["episode"]
         capsys.readouterr()
-        calls = stub.stats.requests
-        assert main(["env", "run", "--resume", str(out), "--endpoint", stub.url]) == 0
-        assert stub.stats.requests - calls == first_run - 1  # one episode's one call fewer
+        calls = fake.stats.requests
+        assert main(["env", "run", "--resume", str(out), "--endpoint", fake.url]) == 0
+        assert fake.stats.requests - calls == first_run - 1  # one episode's one call fewer
     err = capsys.readouterr().err
     assert "rollouts.jsonl: dropped 100 bytes of a torn last line" in err
     lines = rollouts.read_bytes().splitlines(keepends=True)
@@ -170,12 +170,12 @@ def test_env_run_refuses_a_folder_that_holds_a_run_and_resume_with_out(
 ) -> None:
     make_demo_suite(tmp_path / "suite")
     out = tmp_path / "out"
-    with StubServer(tokens=2) as stub:
-        assert main(_run_argv(stub, tmp_path, "--only", "demo-add")) == 0
+    with FakeOpenAI(tokens=2) as fake:
+        assert main(_run_argv(fake, tmp_path, "--only", "demo-add")) == 0
         before = (out / "rollouts.jsonl").read_bytes()
         capsys.readouterr()
-        calls = stub.stats.requests
-        assert main(_run_argv(stub, tmp_path)) == 2
+        calls = fake.stats.requests
+        assert main(_run_argv(fake, tmp_path)) == 2
         err = capsys.readouterr().err.strip()
         assert err == (
             f"kvharness env: error: {out} already holds a run; pick another --out or continue "
@@ -187,6 +187,6 @@ def test_env_run_refuses_a_folder_that_holds_a_run_and_resume_with_out(
         assert f"--resume {out} continues that run in its own folder; drop --out" in err
         assert main(["env", "run", "--resume", str(tmp_path / "suite")]) == 2
         assert "is not an env run folder" in capsys.readouterr().err
-        assert stub.stats.requests == calls
+        assert fake.stats.requests == calls
     assert (out / "rollouts.jsonl").read_bytes() == before
     assert not (tmp_path / "o2").exists()

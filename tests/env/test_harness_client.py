@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import msgspec
+
 from kvharness.env.actions import Bash, EditFile, parse_action
 from kvharness.env.harness.client import _merge_tool_call
+from kvharness.wire.openai import ToolCallDelta
 
 
 def test_streamed_tool_call_deltas_assemble_in_index_order() -> None:
@@ -18,8 +21,8 @@ def test_streamed_tool_call_deltas_assemble_in_index_order() -> None:
         {"index": 0, "function": {"arguments": 'and": "ls -l"}'}},
         {"index": 1, "function": {"arguments": '"search": "x", "replace": "y"}'}},
     ]
-    for d in deltas:
-        _merge_tool_call(calls, d)
+    for d in deltas:  # as the client decodes them off the stream
+        _merge_tool_call(calls, msgspec.convert(d, ToolCallDelta))
     ordered = [calls[i] for i in sorted(calls)]
     assert [c["id"] for c in ordered] == ["call_a", "call_b"]
     assert parse_action(ordered[0]) == Bash("ls -l")

@@ -22,8 +22,8 @@ import msgspec
 import pytest
 import zmq
 
+from kvharness.gateway.app import Gateway
 from kvharness.gateway.config import GatewayConfig
-from kvharness.gateway.server import Gateway
 from kvharness.testing.vllm import free_port
 
 
@@ -169,13 +169,13 @@ def kv_schema() -> Any:
 
 
 class FakeBackend:
-    """A FAKE OpenAI server process (kvharness.gateway.fake_openai): canned answers, no model."""
+    """A FAKE OpenAI server process (kvharness.testing.fake_openai): canned answers, no model."""
 
     def __init__(self, block_size: int = 16, name: str = "", tokenizer: str | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kvharness.gateway.fake_openai", "--port", str(self.port),
+            [sys.executable, "-m", "kvharness.testing.fake_openai", "--port", str(self.port),
              "--block-size", str(block_size), "--name", name,
              *(["--tokenizer", tokenizer] if tokenizer else [])],
             stdout=subprocess.DEVNULL,

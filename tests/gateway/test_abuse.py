@@ -1,6 +1,6 @@
 """The gateway against careless and hostile clients and hung replicas, over real HTTP on loopback.
 
-Replicas are FAKE OpenAI server processes (kvharness.gateway.fake_openai) that stall on request
+Replicas are FAKE OpenAI server processes (kvharness.testing.fake_openai) that stall on request
 (``x-fake-delay-ms``), or, where a test must see what reaches the engine, an aiohttp app in the
 test's loop that records request headers.
 """
@@ -19,7 +19,9 @@ import pytest
 from aiohttp import web
 
 from kvharness.bench import scrape
-from kvharness.gateway.server import Gateway
+from kvharness.gateway.app import Gateway
+from kvharness.wire.http import Client
+from kvharness.wire.vllm import totals
 
 STALL = {"x-fake-delay-ms": str(10**9)}
 CHAT = json.dumps({"messages": [{"role": "user", "content": "fix the bug in main.py"}]}).encode()
@@ -129,7 +131,7 @@ async def test_body_over_the_per_body_limit_is_a_413_before_it_is_read(
         s.post(url(gw) + "/v1/chat/completions", data=chunked()) as r,
     ):
         assert r.status == 413, await r.text()
-    assert gw.budget.held == 0
+    assert gw.pipeline.budget.held == 0
 
 
 async def test_bodies_over_the_shared_budget_are_503_and_the_budget_comes_back(
@@ -142,7 +144,7 @@ async def test_bodies_over_the_shared_budget_are_503_and_the_budget_comes_back(
     body = CHAT + b" " * (1500 - len(CHAT))
     # One client declares 1500 bytes and sends half: they are held from the first byte.
     reader, writer = await raw(gw, post_head("/v1/chat/completions", len(body)), body[:700])
-    await until(lambda: gw.budget.held == 1500, "the first body is counted")
+    await until(lambda: gw.pipeline.budget.held == 1500, "the first body is counted")
     second = asyncio.create_task(post(gw, "/v1/chat/completions", body))
     assert (await second)[0] == 200  # 1500 + 1500 fit in 3000
     status, data, headers = await post(gw, "/v1/chat/completions", CHAT + b" " * 1600)
@@ -153,7 +155,7 @@ async def test_bodies_over_the_shared_budget_are_503_and_the_budget_comes_back(
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
     assert head.startswith(b"HTTP/1.1 200")
     writer.close()
-    await until(lambda: gw.budget.held == 0, "every body's bytes are given back")
+    await until(lambda: gw.pipeline.budget.held == 0, "every body's bytes are given back")
 
 
 async def test_a_body_that_stalls_is_a_408(fake_backends: Any, gateways: Any) -> None:
@@ -165,7 +167,7 @@ async def test_a_body_that_stalls_is_a_408(fake_backends: Any, gateways: Any) ->
     length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
     assert b"stalled" in await reader.readexactly(length)
     writer.close()
-    assert gw.budget.held == 0
+    assert gw.pipeline.budget.held == 0
 
 
 async def test_large_prompts_are_served_and_routed_like_small_ones(
@@ -183,12 +185,12 @@ async def test_large_prompts_are_served_and_routed_like_small_ones(
         lru_blocks=10**6,
     )
     big = json.dumps({"messages": [{"role": "user", "content": "ab\u00e9\U0001f680 " * 100_000}]})
-    inline = gw._prepare_sync(big.encode(), "chat", None).hashed
+    inline = gw.pipeline.prepare(big.encode(), "chat", None).hashed
     assert len(big) > 1 << 20 and len(inline.block_hashes) > 10_000
     status, data, _ = await post(gw, "/v1/chat/completions", big.encode())
     assert status == 200, data
     assert gw.index.cached_blocks(0) == len(inline.block_hashes)
-    assert gw.budget.held == 0
+    assert gw.pipeline.budget.held == 0
 
 
 # --- clients that leave, replicas that hang --------------------------------------------------
@@ -225,7 +227,7 @@ async def engine_inflight(base: str) -> float:
     """Requests the fake replica is working on, from its vLLM-style /metrics."""
     async with aiohttp.ClientSession() as s, s.get(base + "/metrics") as r:
         text = await r.text()
-    running = scrape.totals(text, ["vllm:num_requests_running", "vllm:num_requests_waiting"])
+    running = totals(text, ["vllm:num_requests_running", "vllm:num_requests_waiting"])
     return sum(running.values())
 
 
@@ -365,7 +367,8 @@ async def test_bench_finds_the_engines_prefix_cache_counters_through_the_gateway
 ) -> None:
     a, b = fake_backends(2)
     gw = await gateways(backends=(a.url, b.url), policy="round_robin")
-    before = await scrape.scrape_all([url(gw)])
+    wire = Client()
+    before = await scrape.scrape_all(wire, [url(gw)])
     assert before[url(gw)] is not None, "the gateway exposes no engine counters"
     for i in range(6):  # each prompt 3 times round robin: the 3rd is a repeat on one replica
         msgs = [{"role": "user", "content": f"task {i // 3} " + "context " * 50}]
@@ -373,8 +376,9 @@ async def test_bench_finds_the_engines_prefix_cache_counters_through_the_gateway
             gw, "/v1/chat/completions", json.dumps({"messages": msgs}).encode()
         )
         assert status == 200
-    after = await scrape.scrape_all([url(gw)])
-    direct = await scrape.scrape_all([a.url, b.url])
+    after = await scrape.scrape_all(wire, [url(gw)])
+    direct = await scrape.scrape_all(wire, [a.url, b.url])
+    wire.close()
     via = after[url(gw)]
     assert via is not None
     for family in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):

@@ -154,7 +154,7 @@ def test_garbage_on_the_socket_does_not_kill_it(fuzz_gateway: Any) -> None:
             assert not reply.startswith(b"HTTP/1.1 5") and not reply.startswith(b"HTTP/1.0 5")
     status, _ = request(fuzz_gateway.url, "GET", "/health", b"", {})
     assert status == 200
-    assert fuzz_gateway.gateway.hasher.stats.mismatches == 0
+    assert fuzz_gateway.gateway.pipeline.hasher.stats.mismatches == 0
 
 
 @SETTINGS

@@ -5,7 +5,6 @@ from collections.abc import Sequence
 import pytest
 
 from kvharness.engine.events import BlockStored
-from kvharness.gateway.backends import parse_cache_config, parse_engine_load
 from kvharness.gateway.router import NoReplica, Overloaded, Routed, Router
 from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, make_policy
 from kvharness.routing.index import PrefixIndex
@@ -123,18 +122,3 @@ def test_engine_load_splits_in_flight() -> None:
 def test_index_size_mismatch_is_refused() -> None:
     with pytest.raises(ValueError, match="index has 1 replicas"):
         Router(make_policy("round_robin"), states(2), PrefixIndex(1))
-
-
-def test_parse_vllm_metrics() -> None:
-    text = (
-        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
-        'vllm:num_requests_waiting{engine="0",model_name="m"} 2.0\n'
-        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
-        'vllm:cache_config_info{block_size="128",num_gpu_blocks="7000"} 1.0\n'
-    )
-    load = parse_engine_load(text)
-    assert load is not None and (load.running, load.waiting, load.kv_usage) == (3, 2, 0.25)
-    info = parse_cache_config(text)
-    assert (info.block_size, info.num_gpu_blocks) == (128, 7000)
-    assert parse_engine_load("nothing") is None
-    assert parse_cache_config("nothing").block_size is None

@@ -17,7 +17,7 @@ import aiohttp
 import openai
 import pytest
 
-from kvharness.gateway.server import Gateway
+from kvharness.gateway.app import Gateway
 
 
 def client(gw: Gateway, **kw: Any) -> openai.AsyncOpenAI:
@@ -147,7 +147,7 @@ async def test_dead_replica_is_retried_and_taken_out(fake_backends: Any, gateway
         for _ in range(6):
             r = await c.chat.completions.create(model="m", messages=MSGS, max_tokens=2)
             assert r.choices[0].message.content == " tok" * 2
-    assert not gw.states[1].healthy and gw.states[0].healthy
+    assert not gw.router.is_healthy(1) and gw.router.is_healthy(0)
     # Only suspected (no health check has failed yet): what the index knows of it is kept.
     assert gw.index.cached_blocks(1) == held
     _, text, _ = await get(gw, "/metrics")
@@ -165,16 +165,16 @@ async def test_health_checks_take_out_and_bring_back(fake_backends: Any, gateway
     assert gw.index.cached_blocks(1) > 0
     b.kill()
     for _ in range(50):
-        if not gw.states[1].healthy:
+        if not gw.router.is_healthy(1):
             break
         await asyncio.sleep(0.1)
-    assert not gw.states[1].healthy
+    assert not gw.router.is_healthy(1)
     assert gw.index.cached_blocks(1) == 0  # confirmed down: it will come back empty
     status, text, _ = await get(gw, "/health")
     assert status == 200 and json.loads(text)["healthy_replicas"] == 1
     a.kill()
     for _ in range(50):
-        if not gw.states[0].healthy:
+        if not gw.router.is_healthy(0):
             break
         await asyncio.sleep(0.1)
     status, text, _ = await get(gw, "/health")
@@ -231,13 +231,13 @@ async def test_killed_replica_loses_no_unstarted_requests(
         b.kill()
         answers = await asyncio.gather(*tasks)
     assert answers == [" tok" * 2] * 40
-    assert not gw.states[1].healthy
+    assert not gw.router.is_healthy(1)
 
 
 async def test_sessions_stick_and_index_learns_from_decisions(
     fake_backends: Any, gateways: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="kvharness.gateway.server")
+    caplog.set_level(logging.DEBUG, logger="kvharness.gateway.pipeline")
     backends = fake_backends(3)
     gw = await gateways(backends=tuple(x.url for x in backends), policy="agent_aware")
     served: dict[str, set[str]] = {}
@@ -277,7 +277,7 @@ async def test_engine_load_is_scraped(fake_backends: Any, gateways: Any) -> None
         asyncio.create_task(post(gw, "/v1/chat/completions", body, **{"x-fake-delay-ms": "1500"}))
         for _ in range(3)
     ]
-    s = gw.states[0]
+    s = gw.router.states[0]
     for _ in range(40):
         await asyncio.sleep(0.05)
         if s.waiting == 2:
@@ -335,7 +335,7 @@ async def test_text_completions_can_be_forwarded_as_token_ids(
     unless the request turns special tokens off; echo, which repeats the prompt's text, and chat
     requests are sent as they came. Only to a replica whose /tokenize gives the gateway's tokens,
     asked when the gateway starts; not with forward_token_ids off."""
-    from kvharness.gateway.server import _PROBE
+    from kvharness.gateway.replicas import PROBE_TEXT as _PROBE
     from kvharness.gateway.tokenizer import load_engine_tokenizer
 
     tok = load_engine_tokenizer(tiny_model_dir)
@@ -365,7 +365,7 @@ async def test_text_completions_can_be_forwarded_as_token_ids(
         gw, "/v1/completions", json.dumps({"prompt": "x", "add_special_tokens": 1}).encode()
     )
     assert status == 400 and "add_special_tokens" in body["error"]["message"]
-    assert gw._alike == [True]
+    assert gw.replicas.alike == [True]
 
     # A replica that cannot say how it tokenises, and one whose tokenizer differs (two tokens of
     # the probe swapped), get text.
@@ -381,10 +381,10 @@ async def test_text_completions_can_be_forwarded_as_token_ids(
     for backend in (unknown, other):
         gw2 = await gateways(backends=(backend.url,), tokenizer=str(tiny_model_dir))
         for _ in range(500):
-            if gw2._alike[0] is not None:
+            if gw2.replicas.alike[0] is not None:
                 break
             await asyncio.sleep(0.01)
-        assert gw2._alike == [False]  # found out before any request
+        assert gw2.replicas.alike == [False]  # found out before any request
         async with client(gw2) as c:
             got = await c.completions.create(model="fake-model", prompt=text, max_tokens=2)
             assert got.usage is not None and got.usage.prompt_tokens == as_text
@@ -392,4 +392,4 @@ async def test_text_completions_can_be_forwarded_as_token_ids(
     async with client(off) as c:
         got = await c.completions.create(model="fake-model", prompt=text, max_tokens=2)
         assert got.usage is not None and got.usage.prompt_tokens == as_text
-    assert off._alike == [None]
+    assert off.replicas.alike == [None]

@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 
-from kvharness.gateway.server import Gateway
+from kvharness.gateway.app import Gateway
 from kvharness.testing import VllmReplica
 from kvharness.testing.vllm import free_port
 
@@ -66,19 +66,24 @@ async def test_openai_client_against_vllm_and_hashes_match_the_engine(
         policy="agent_aware",
         verify_hashing_every=1,
     )
-    assert gw.hasher.block_size == BS  # discovered from vLLM's /metrics
+    assert gw.pipeline.hasher.block_size == BS  # discovered from vLLM's /metrics
     msgs = long_messages(1)
     async with client(gw) as c:
         # Let the subscription settle: PUB/SUB drops what is published before it connects.
-        await until(lambda: gw.subscribers[0] is not None and gw.subscribers[0]._sub is not None)
+        await until(
+            lambda: (
+                gw.replicas.subscribers[0] is not None
+                and gw.replicas.subscribers[0]._sub is not None
+            )
+        )
         await asyncio.sleep(1.0)
         first = await c.chat.completions.create(model=rep.model, messages=msgs, max_tokens=4)
         assert first.usage is not None and first.usage.prompt_tokens >= 2 * BS
-        hashed = gw.hasher.chat(msgs, None)
+        hashed = gw.pipeline.hasher.chat(msgs, None)
         assert hashed.num_tokens == first.usage.prompt_tokens  # same tokens as the engine
         full = len(hashed.block_hashes)
         # vLLM's events name every block of the prompt, under the gateway's own hashes.
-        sub = gw.subscribers[0]
+        sub = gw.replicas.subscribers[0]
         assert sub is not None
         await until(lambda: sub.stats.translated_blocks >= full)
         assert sub.stats.untranslated_blocks == 0
@@ -104,8 +109,11 @@ async def test_openai_client_against_vllm_and_hashes_match_the_engine(
         assert rep.model in [m.id for m in (await c.models.list()).data]
         with pytest.raises(openai.BadRequestError):
             await c.completions.create(model=rep.model, prompt=[5] * 20000, max_tokens=1)
-    assert gw.hasher.stats.mismatches == 0
-    assert gw.subscribers[0] is not None and gw.subscribers[0].stats.untranslated_blocks == 0
+    assert gw.pipeline.hasher.stats.mismatches == 0
+    assert (
+        gw.replicas.subscribers[0] is not None
+        and gw.replicas.subscribers[0].stats.untranslated_blocks == 0
+    )
 
 
 async def test_token_ids_forwarded_give_the_engine_the_same_prompt(
@@ -135,8 +143,8 @@ async def test_token_ids_forwarded_give_the_engine_the_same_prompt(
                 assert via.usage is not None and ref.usage is not None
                 assert via.usage.prompt_tokens == ref.usage.prompt_tokens, (prompt, special)
                 assert via.choices[0].text == ref.choices[0].text, (prompt, special)
-    assert gw.hasher.stats.prompts == 2 * len(prompts)
-    assert gw._alike == [True]  # vLLM's /tokenize agreed: the ids went out
+    assert gw.pipeline.hasher.stats.prompts == 2 * len(prompts)
+    assert gw.replicas.alike == [True]  # vLLM's /tokenize agreed: the ids went out
 
 
 async def test_killed_replica_loses_no_unstarted_request(
@@ -190,7 +198,7 @@ async def test_killed_replica_loses_no_unstarted_request(
         stream_results = await asyncio.gather(*streams)
     assert results == ["length"] * 16  # every request that had not started streaming finished
     assert set(stream_results) <= {"cut", "done"}
-    assert not gw.states[1].healthy
+    assert not gw.router.is_healthy(1)
 
 
 @pytest.mark.parametrize("replay", [False, True])
@@ -213,21 +221,21 @@ async def test_dropped_kv_events_and_the_index_recovers(
         kv_events={rep.url: f"tcp://*:{events_port}"},
         kv_replay={rep.url: f"tcp://*:{replay_port}"} if replay else {},
     )
-    sub = gw.subscribers[0]
+    sub = gw.replicas.subscribers[0]
     assert sub is not None
     a, b, c_msgs = long_messages(11), long_messages(12), long_messages(13)
     async with client(gw) as c:
         await asyncio.sleep(1.0)
         await c.chat.completions.create(model=rep.model, messages=a, max_tokens=2)
-        ha = gw.hasher.chat(a, None).block_hashes
+        ha = gw.pipeline.hasher.chat(a, None).block_hashes
         await until(lambda: gw.index.match(ha)[0] == len(ha))
-        await gw.stop_events(0)  # events published now are lost to the gateway
+        await gw.replicas.stop_events(0)  # events published now are lost to the gateway
         await c.chat.completions.create(model=rep.model, messages=b, max_tokens=2)
-        hb = gw.hasher.chat(b, None).block_hashes
-        gw.start_events(0)
+        hb = gw.pipeline.hasher.chat(b, None).block_hashes
+        gw.replicas.start_events(0)
         await asyncio.sleep(1.0)
         await c.chat.completions.create(model=rep.model, messages=c_msgs, max_tokens=2)
-        hc = gw.hasher.chat(c_msgs, None).block_hashes
+        hc = gw.pipeline.hasher.chat(c_msgs, None).block_hashes
         await until(lambda: gw.index.match(hc)[0] == len(hc))
         assert sub.stats.gaps >= 1
         if replay:
@@ -246,11 +254,11 @@ async def test_dropped_kv_events_and_the_index_recovers(
             before = sub.stats.translated_blocks
             grown = [*a, {"role": "assistant", "content": "ok"}, *long_messages(14)[1:]]
             await c.chat.completions.create(model=rep.model, messages=grown, max_tokens=2)
-            hg = gw.hasher.chat(grown, None).block_hashes
+            hg = gw.pipeline.hasher.chat(grown, None).block_hashes
             await until(lambda: sub.stats.translated_blocks >= before + len(hg) - len(ha))
             assert gw.index.match(hg)[0] == len(hg)
             assert sub.stats.untranslated_blocks == 0
-    assert gw.hasher.stats.mismatches == 0
+    assert gw.pipeline.hasher.stats.mismatches == 0
 
 
 async def test_engine_counters_through_the_gateway_and_abandoned_requests_abort(
@@ -259,16 +267,19 @@ async def test_engine_counters_through_the_gateway_and_abandoned_requests_abort(
     """bench's scrape of the gateway finds vLLM's prefix-cache counters, equal to the engine's
     own; a client that leaves mid-answer has vLLM abort its request (nothing left running)."""
     from kvharness.bench import scrape
+    from kvharness.wire import vllm
+    from kvharness.wire.http import Client
 
     (rep,) = vllm_replicas
     gw = await gateways(backends=(rep.url,))
     via = f"http://127.0.0.1:{gw.port}"
-    before = await scrape.scrape_all([via])
+    wire = Client()
+    before = await scrape.scrape_all(wire, [via])
     msgs = long_messages(7)
     async with client(gw) as c:
         for _ in range(2):
             await c.chat.completions.create(model=rep.model, messages=msgs, max_tokens=2)
-    after = await scrape.scrape_all([via, rep.url])
+    after = await scrape.scrape_all(wire, [via, rep.url])
     assert after[via] is not None and after[rep.url] is not None
     for family in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):
         assert after[via][family] == after[rep.url][family]
@@ -276,10 +287,9 @@ async def test_engine_counters_through_the_gateway_and_abandoned_requests_abort(
     assert ratio is not None and ratio > 0
 
     async def running() -> float:
-        found = await asyncio.to_thread(
-            scrape.scrape, rep.url, 5.0, ("vllm:num_requests_running", "vllm:num_requests_waiting")
-        )
-        return sum((found or {}).values())
+        text = await vllm.metrics_text(wire, rep.url)
+        found = vllm.totals(text or "", ("vllm:num_requests_running", "vllm:num_requests_waiting"))
+        return sum(found.values())
 
     body = json.dumps({"model": rep.model, "messages": msgs, "max_tokens": 2000,
                        "ignore_eos": True}).encode()  # fmt: skip
@@ -299,3 +309,4 @@ async def test_engine_counters_through_the_gateway_and_abandoned_requests_abort(
     while await running() > 0:
         assert asyncio.get_running_loop().time() < deadline, "vLLM kept the abandoned request"
         await asyncio.sleep(0.1)
+    wire.close()

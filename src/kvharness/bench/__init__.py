@@ -1,7 +1,7 @@
 """Live bench: drive whole agent sessions against OpenAI-compatible servers and record every turn.
 
 Entry point :func:`run_bench` (used by ``kvharness bench``); :class:`Runner` is the session driver,
-:class:`HttpTransport` the one HTTP transport.
+:class:`HttpTransport` the one HTTP transport (over :mod:`kvharness.wire`).
 """
 
 from kvharness.bench.config import BenchConfig, RetryPolicy

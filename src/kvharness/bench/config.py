@@ -72,9 +72,6 @@ class BenchConfig(msgspec.Struct, frozen=True, kw_only=True):
     scrape_metrics: bool = True
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     """``auto``: uvloop when installed (about twice the requests per core), else asyncio's."""
-    client: Literal["fast", "aiohttp"] = "fast"
-    """HTTP client: ``fast`` (the bench's own, plain http only; https targets fall back to aiohttp)
-    or ``aiohttp``."""
     label: str | None = None
     started_at: float = 0.0
     """Unix time the run started (records' times are seconds from it, resumes included)."""

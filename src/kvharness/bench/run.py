@@ -15,8 +15,6 @@ import asyncio
 import gc
 import json
 import time
-import urllib.error
-import urllib.request
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,15 +25,19 @@ import msgspec
 
 from kvharness.bench import scrape
 from kvharness.bench.config import BenchConfig
-from kvharness.bench.fasthttp import FastTransport
 from kvharness.bench.progress import live_progress
 from kvharness.bench.runner import Counts, Runner, finished_turns
 from kvharness.bench.transport import HttpTransport
 from kvharness.bench.words import PromptWords, prompt_words
 from kvharness.errors import UserError
 from kvharness.files import read_json, replacing
+from kvharness.report.io import write_run_report
+from kvharness.report.metrics import Summary
 from kvharness.report.records import RecordWriter, TurnRecord, read_records
+from kvharness.wire import blocking, vllm
+from kvharness.wire.http import Client, WireError
 from kvharness.workload.ideal import IdealCache
+from kvharness.workload.load import load_workload
 from kvharness.workload.model import Session, Workload
 
 __all__ = ["BenchResult", "load_bench_workload", "reset_prefix_cache", "run_bench"]
@@ -59,8 +61,8 @@ class BenchResult:
     """CPU seconds this process spent while the last pass ran (all threads)."""
     attempts_last_pass: int = 0
     records: list[TurnRecord] = field(default_factory=list)
-    summary: Any = None
-    """The report's Summary when :mod:`kvharness.report.metrics` is available."""
+    summary: Summary | None = None
+    """The report's summary of the run."""
     server: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
@@ -80,16 +82,6 @@ class BenchResult:
 
 def load_bench_workload(cfg: BenchConfig) -> Workload:
     """The config's workload (first ``max_sessions`` sessions)."""
-    try:
-        from kvharness.workload.load import load_workload
-    except ImportError:  # the loaders are not there yet: the project's own format only
-        from kvharness.workload.format import load as load_file
-
-        def load_workload(
-            spec: str, *, block_size: int = 512, tokenizer: str | None = None
-        ) -> Workload:
-            return load_file(spec)
-
     w = load_workload(cfg.workload, block_size=cfg.workload_block_size, tokenizer=cfg.tokenizer)
     if cfg.max_sessions is not None:
         w = Workload(w.sessions[: cfg.max_sessions], w.block_size, w.name, w.arrival, w.meta)
@@ -98,33 +90,18 @@ def load_bench_workload(cfg: BenchConfig) -> Workload:
     return w
 
 
-def _get_json(url: str, timeout: float = 10.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return json.loads(resp.read())
-
-
 def discover_model(target: str) -> str:
     """The first model a server lists at /v1/models."""
     try:
-        data = _get_json(target.rstrip("/") + "/v1/models")
-        name = data["data"][0]["id"]
-    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as err:
+        return blocking.run(lambda c: vllm.first_model(c, target))
+    except WireError as err:
         raise UserError(f"cannot list models at {target}/v1/models ({err}); pass --model") from None
-    if not isinstance(name, str):
-        raise UserError(f"{target}/v1/models lists no model name; pass --model")
-    return name
 
 
 def reset_prefix_cache(target: str) -> bool:
     """Ask a vLLM server to drop its prefix cache (POST /reset_prefix_cache, a vLLM dev-mode
     endpoint); False when the server does not offer it."""
-    req = urllib.request.Request(target.rstrip("/") + "/reset_prefix_cache", method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            status: int = resp.status
-            return 200 <= status < 300
-    except (urllib.error.URLError, OSError):
-        return False
+    return blocking.run(lambda c: vllm.reset_prefix_cache(c, target))
 
 
 def _save_config(run_dir: Path, cfg: BenchConfig) -> None:
@@ -169,13 +146,12 @@ async def _run(
         return perf() - origin
 
     gaps: array[float] = array("d")
-    before = await scrape.scrape_all(cfg.targets) if cfg.scrape_metrics else {}
-    use_fast = cfg.client == "fast" and all(t.startswith("http://") for t in cfg.targets)
-    kind: type[HttpTransport] | type[FastTransport] = FastTransport if use_fast else HttpTransport
-    transport = kind(
+    scraper = Client(connect_timeout_s=cfg.retry.connect_timeout)
+    before = await scrape.scrape_all(scraper, cfg.targets) if cfg.scrape_metrics else {}
+    transport = HttpTransport(
         clock,
-        timeout=cfg.retry.timeout,
-        connect_timeout=cfg.retry.connect_timeout,
+        timeout_s=cfg.retry.timeout,
+        connect_timeout_s=cfg.retry.connect_timeout,
         gaps=gaps,
         session_header=cfg.session_header if cfg.mode == "session" else None,
     )
@@ -198,7 +174,8 @@ async def _run(
                 runner.counts.cpu_s = time.process_time() - cpu0
     finally:
         await transport.close()
-    after = await scrape.scrape_all(cfg.targets) if cfg.scrape_metrics else {}
+    after = await scrape.scrape_all(scraper, cfg.targets) if cfg.scrape_metrics else {}
+    scraper.close()
     server = {"before": before, "after": after, "delta": scrape.delta(before, after)}
     return runner.counts, server, gaps
 
@@ -217,11 +194,7 @@ def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
-def _write_report(run_dir: Path, cfg: BenchConfig, workload: Workload) -> Any:
-    try:
-        from kvharness.report.io import write_run_report
-    except ImportError:
-        return None
+def _write_report(run_dir: Path, cfg: BenchConfig, workload: Workload) -> Summary:
     expected = {s.id: len(s.turns) for s in workload.sessions}
     config = msgspec.to_builtins(cfg)
     config["label"] = cfg.label or cfg.mode

@@ -1,61 +1,35 @@
-"""Server Prometheus metrics scraped before and after a run (vLLM's prefix-cache counters)."""
+"""Server Prometheus counters read before and after a run (vLLM's prefix-cache counters).
+
+Each target's ``/metrics`` is read through the run's own client
+(:func:`kvharness.wire.vllm.metrics_text`) and summed per family by
+:func:`kvharness.wire.vllm.totals`; this module keeps the run's bookkeeping of them.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import urllib.error
-import urllib.request
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from prometheus_client.parser import text_string_to_metric_families
+from kvharness.wire import vllm
+from kvharness.wire.http import Client
 
-__all__ = ["COUNTERS", "delta", "scrape", "scrape_all", "totals"]
-
-COUNTERS = (
-    "vllm:prefix_cache_queries",
-    "vllm:prefix_cache_hits",
-    "vllm:prompt_tokens",
-    "vllm:generation_tokens",
-    "vllm:num_preemptions",
-    "vllm:request_success",
-)
-"""Counter families kept (summed over their label sets); others are dropped."""
+__all__ = ["delta", "hit_ratio", "scrape_all"]
 
 
-_SAMPLE = {"counter": "_total", "histogram": "_sum", "summary": "_sum"}
-"""The sample that stands for a family of each type (its name plus this), where not the family
-name itself."""
-
-
-def totals(text: str, families: Collection[str]) -> dict[str, float]:
-    """Each of ``families`` (metric family names, e.g. ``vllm:prompt_tokens``) found in
-    Prometheus exposition ``text``, summed over its label sets: a counter's total, a histogram's
-    (or summary's) sum of observations, a gauge's value. Raises ValueError on text that is not
-    Prometheus exposition."""
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        if fam.name in families:
-            sample = fam.name + _SAMPLE.get(fam.type, "")
-            total = sum(s.value for s in fam.samples if s.name == sample)
-            out[fam.name] = out.get(fam.name, 0.0) + total
-    return out
-
-
-def scrape(
-    url: str, timeout: float = 5.0, families: Collection[str] = COUNTERS
-) -> dict[str, float] | None:
-    """:func:`totals` of ``families`` at ``url``/metrics; None when the server exposes none."""
+async def _scrape(client: Client, url: str) -> dict[str, float] | None:
+    text = await vllm.metrics_text(client, url)
+    if text is None:
+        return None
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=timeout) as resp:
-            text = resp.read().decode("utf-8", errors="replace")
-        return totals(text, families) or None
-    except (urllib.error.URLError, OSError, ValueError):
+        return vllm.totals(text, vllm.COUNTERS) or None
+    except ValueError:
         return None
 
 
-async def scrape_all(urls: Sequence[str]) -> dict[str, dict[str, float] | None]:
-    """Scrape every target concurrently (in threads; a run's event loop is not blocked)."""
-    values = await asyncio.gather(*(asyncio.to_thread(scrape, u) for u in urls))
+async def scrape_all(client: Client, urls: Sequence[str]) -> dict[str, dict[str, float] | None]:
+    """Each target's :data:`~kvharness.wire.vllm.COUNTERS` totals, read concurrently; None for
+    a target that exposes none."""
+    values = await asyncio.gather(*(_scrape(client, u) for u in urls))
     return dict(zip(urls, values, strict=True))
 
 

@@ -1,8 +1,11 @@
-"""The one transport of the bench: send a request body, stream the answer, time it.
+"""The one transport of the bench: send a turn's request body, stream the answer, time it.
 
-:class:`HttpTransport` speaks HTTP/1.1 to OpenAI-compatible servers through one pooled aiohttp
-session. :meth:`Transport.stream` never raises for a server's or network's fault: the outcome says
-what happened, and whether resending could help (see :class:`~kvharness.bench.config.RetryPolicy`).
+:class:`HttpTransport` sends through the wire's pooled HTTP/1.1 client
+(:mod:`kvharness.wire.http`) with a receiver per request that frames the SSE stream, decodes
+each chunk and stamps the first token, inter-chunk gaps and the end as bytes arrive, in the
+socket's callback: no task or stream object per request. :meth:`Transport.stream` never raises
+for a server's or network's fault: the :class:`Outcome` says what happened, and whether
+resending could help (see :class:`~kvharness.bench.config.RetryPolicy`).
 """
 
 from __future__ import annotations
@@ -14,12 +17,22 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote
 
-import aiohttp
-import msgspec
-
-from kvharness.bench.sse import DONE, SSEParser, decode_chunk
+from kvharness.wire.http import (
+    BadBody,
+    BadHead,
+    BodyTimeout,
+    Client,
+    ConnectTimeout,
+    HeadTimeout,
+    Unreachable,
+    WireError,
+)
+from kvharness.wire.openai import decode_chunk
+from kvharness.wire.sse import DONE, SSEParser
 
 __all__ = ["HttpTransport", "Outcome", "Transport", "check_header_name", "header_value"]
+
+_MAX_ERROR_BODY = 4096
 
 
 @dataclass(slots=True)
@@ -71,110 +84,147 @@ def _short(text: str, n: int = 120) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+class _Timed:
+    """Receiver of one attempt: fills its :class:`Outcome` as the answer streams in."""
+
+    __slots__ = ("chunks", "clock", "error_body", "fut", "gaps", "last", "out", "sse", "status")
+
+    def __init__(
+        self, fut: asyncio.Future[None], clock: Callable[[], float], gaps: array[float] | None
+    ) -> None:
+        self.fut = fut
+        self.clock = clock
+        self.gaps = gaps
+        self.out = Outcome()
+        self.sse = SSEParser()
+        self.chunks = 0
+        self.last = 0.0
+        self.status = 0
+        self.error_body = bytearray()
+
+    def head(self, status: int, headers: dict[str, str]) -> None:
+        self.status = status
+
+    def data(self, piece: bytes) -> None:
+        if self.status >= 400:
+            if len(self.error_body) < _MAX_ERROR_BODY:
+                self.error_body += piece
+            return
+        out = self.out
+        if out.error is not None:
+            return
+        now = self.clock()
+        gaps = self.gaps
+        for payload in self.sse.feed(piece):
+            if payload == DONE:
+                out.done = now
+                continue
+            if not payload:
+                continue
+            try:
+                chunk = decode_chunk(payload)
+            except ValueError as err:  # msgspec.DecodeError is a ValueError
+                out.error = f"bad stream: {str(err)[:100]}"
+                return
+            usage = chunk.usage
+            if usage is not None:
+                out.prompt_tokens = usage.prompt_tokens
+                out.output_tokens = usage.completion_tokens
+                out.cached_tokens = usage.cached_tokens
+            if chunk.has_token:
+                self.chunks += 1
+                if out.first_token is None:
+                    out.first_token = now
+                elif gaps is not None:
+                    gaps.append(now - self.last)
+                self.last = now
+
+    def end(self) -> None:
+        out = self.out
+        if self.status >= 400:
+            out.error = f"http {self.status}: {_short(self.error_body.decode('utf-8', 'replace'))}"
+            out.retryable = self.status >= 500 or self.status == 429
+        elif out.error is None and out.done is None:
+            out.error = "stream cut: response ended before [DONE]"
+            out.retryable = out.first_token is None
+        elif out.error is None:
+            if out.first_token is None:  # nothing but empty deltas: the answer came at the end
+                out.first_token = out.done
+            if out.output_tokens == 0:
+                out.output_tokens = self.chunks
+        if out.error is not None:
+            out.done = None
+        self._settle()
+
+    def fail(self, error: WireError) -> None:
+        out = self.out
+        if isinstance(error, (BadHead, BadBody)):
+            out.error = f"bad response: {error}"
+        elif isinstance(error, (ConnectTimeout, HeadTimeout, BodyTimeout)):
+            out.error = f"timeout: {error}"
+            out.retryable = out.first_token is None
+        elif isinstance(error, Unreachable):
+            out.error = f"connection refused: {error}"
+            out.retryable = True
+        else:
+            out.error = f"stream cut: {error}"
+            out.retryable = out.first_token is None
+        out.done = None
+        self._settle()
+
+    def _settle(self) -> None:
+        if not self.fut.done():
+            self.fut.set_result(None)
+
+
 class HttpTransport:
-    """Streams completions over a shared connection pool (unlimited connections, keep-alive).
+    """Streams completions over pooled keep-alive connections (``http://`` and ``https://``).
 
     ``clock`` gives the times written into outcomes; ``gaps`` (if given) receives the seconds
-    between successive streamed chunks, for inter-token statistics. ``session_header``: the header
-    name that carries the ``session`` given to :meth:`stream` (see :func:`header_value`).
+    between successive streamed chunks, for inter-token statistics. ``timeout_s`` bounds an
+    attempt from send to its last byte. ``session_header``: the header name that carries the
+    ``session`` given to :meth:`stream` (its line is encoded once per session and kept; see
+    :func:`header_value`). Create it inside the event loop that runs the bench.
     """
 
     def __init__(
         self,
         clock: Callable[[], float],
         *,
-        timeout: float = 300.0,
-        connect_timeout: float = 10.0,
+        timeout_s: float = 300.0,
+        connect_timeout_s: float = 10.0,
         gaps: array[float] | None = None,
         session_header: str | None = None,
     ) -> None:
-        self._clock = clock
-        self._timeout = timeout
-        self._gaps = gaps
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, force_close=False),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent",),
+        self.clock = clock
+        self.gaps = gaps
+        self._client = Client(connect_timeout_s=connect_timeout_s, timeout_s=timeout_s)
+        self._head = b"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+        self._header = (
+            (check_header_name(session_header) + ": ").encode() if session_header else b""
         )
-        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        self._header = check_header_name(session_header) if session_header else None
-        self._by_session: dict[str, dict[str, str]] = {}
+        self._lines: dict[str, bytes] = {}
 
-    async def close(self) -> None:
-        await self._session.close()
-
-    def _headers_for(self, session: str | None) -> dict[str, str]:
-        if session is None or self._header is None:
-            return self._headers
-        h = self._by_session.get(session)
-        if h is None:
-            h = self._by_session[session] = {**self._headers, self._header: header_value(session)}
-        return h
+    def _headers(self, session: str | None) -> bytes:
+        if session is None or not self._header:
+            return self._head
+        line = self._lines.get(session)
+        if line is None:
+            value = header_value(session).encode()
+            line = self._lines[session] = self._head + self._header + value + b"\r\n"
+        return line
 
     async def stream(self, url: str, body: bytes, session: str | None = None) -> Outcome:
-        out = Outcome()
+        fut = self._client.loop.create_future()
+        timed = _Timed(fut, self.clock, self.gaps)
+        ex = self._client.start("POST", url, timed, body, self._headers(session))
         try:
-            async with asyncio.timeout(self._timeout):
-                await self._stream(url, body, self._headers_for(session), out)
-        except TimeoutError:
-            out.error = f"timeout: no answer within {self._timeout:g} s"
-            out.retryable = out.first_token is None
-        except aiohttp.ClientConnectorError as err:
-            out.error = f"connection refused: {_short(str(err))}"
-            out.retryable = True
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as err:
-            out.error = f"stream cut: {_short(str(err) or type(err).__name__)}"
-            out.retryable = out.first_token is None
-        except (aiohttp.ClientError, OSError) as err:
-            out.error = f"connection error: {_short(str(err) or type(err).__name__)}"
-            out.retryable = out.first_token is None
-        except msgspec.DecodeError as err:
-            out.error = f"bad stream: {_short(str(err))}"
-        if out.error is not None:
-            out.done = None
-        return out
+            await fut
+        except asyncio.CancelledError:
+            ex.abort()
+            raise
+        return timed.out
 
-    async def _stream(self, url: str, body: bytes, headers: dict[str, str], out: Outcome) -> None:
-        clock = self._clock
-        gaps = self._gaps
-        async with self._session.post(url, data=body, headers=headers) as resp:
-            if resp.status >= 400:
-                text = await resp.text(errors="replace")
-                out.error = f"http {resp.status}: {_short(text)}"
-                out.retryable = resp.status >= 500 or resp.status == 429
-                return
-            parser = SSEParser()
-            chunks = 0
-            last = 0.0
-            finished = False
-            async for data in resp.content.iter_any():
-                now = clock()
-                for payload in parser.feed(data):
-                    if payload == DONE:
-                        finished = True
-                        continue
-                    if not payload:
-                        continue
-                    chunk = decode_chunk(payload)
-                    if chunk.usage is not None:
-                        u = chunk.usage
-                        out.prompt_tokens = u.prompt_tokens
-                        out.output_tokens = u.completion_tokens
-                        out.cached_tokens = u.cached_tokens
-                    if chunk.has_token:
-                        chunks += 1
-                        if out.first_token is None:
-                            out.first_token = now
-                        elif gaps is not None:
-                            gaps.append(now - last)
-                        last = now
-            if not finished:
-                out.error = "stream cut: connection closed before [DONE]"
-                out.retryable = out.first_token is None
-                return
-            out.done = clock()
-            if out.first_token is None:  # nothing but empty deltas: the answer came at the end
-                out.first_token = out.done
-            if out.output_tokens == 0:
-                out.output_tokens = chunks
+    async def close(self) -> None:
+        self._client.close()
+        await asyncio.sleep(0)

@@ -205,13 +205,6 @@ def register(subparsers: Any) -> None:
         help="seconds to open a connection (default 10)",
     )
     p.add_argument(
-        "--http-client",
-        choices=("fast", "aiohttp"),
-        default="fast",
-        help="fast: the bench's own lean HTTP/1.1 client (plain http; https falls back "
-        "to aiohttp); aiohttp: aiohttp for every target (default fast)",
-    )
-    p.add_argument(
         "--event-loop",
         choices=("auto", "asyncio", "uvloop"),
         default="auto",
@@ -278,7 +271,6 @@ def _config(args: argparse.Namespace) -> Any:
             connect_timeout=args.connect_timeout,
         ),
         scrape_metrics=not args.no_metrics,
-        client=args.http_client,
         event_loop=args.event_loop,
         label=args.label,
     )

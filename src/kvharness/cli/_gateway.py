@@ -264,7 +264,7 @@ def _api_key(path: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvharness.gateway.server import Gateway
+    from kvharness.gateway.app import Gateway
 
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
@@ -313,7 +313,7 @@ def _loop_factory() -> Any:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from kvharness.gateway.status import fetch_status, watch_status
+    from kvharness.cli._gateway_status import fetch_status, watch_status
 
     if args.json:
         print(json.dumps(fetch_status(args.url), indent=2))

@@ -9,31 +9,21 @@ cluster's total. Families named like the gateway's own (``kvharness_gateway_*``)
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterator, Sequence
 
-import aiohttp
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from kvharness.gateway.backends import fetch_metrics_text
+from kvharness.wire.vllm import families
 
-__all__ = ["fetch_texts", "relabel"]
+__all__ = ["relabel"]
 
 log = logging.getLogger(__name__)
 
 SCRAPED = "kvharness_gateway_replica_metrics_scraped"
 """Gauge per replica: 1 when its ``/metrics`` was read for this scrape, else 0."""
-
-
-async def fetch_texts(
-    session: aiohttp.ClientSession, urls: Sequence[str], timeout_s: float
-) -> list[str | None]:
-    """Each replica's ``/metrics`` text (None where it did not answer 200 in ``timeout_s``)."""
-    return list(await asyncio.gather(*(fetch_metrics_text(session, u, timeout_s) for u in urls)))
 
 
 class _Families(Collector):
@@ -76,7 +66,7 @@ def _parse(url: str, text: str | None) -> list[Metric] | None:
     if text is None:
         return None
     try:
-        return list(text_string_to_metric_families(text))
-    except (ValueError, IndexError, TypeError) as err:
+        return families(text)
+    except ValueError as err:
         log.warning("replica %s: /metrics is not Prometheus text (%s); not relayed", url, err)
         return None

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from kvharness.gateway.kv_events import KVEventSubscriber
-from kvharness.gateway.sessions import HasherStats
+from kvharness.gateway.kv_subscriber import KVEventSubscriber
+from kvharness.gateway.prompt_hasher import HasherStats
 from kvharness.routing.base import ReplicaState
 from kvharness.routing.index import PrefixIndex
 
@@ -32,6 +32,7 @@ class ReplicaView:
     url: str
     state: ReplicaState
     events: KVEventSubscriber | None
+    healthy: bool
 
 
 class _StateCollector(Collector):
@@ -74,7 +75,7 @@ class _StateCollector(Collector):
         )  # fmt: skip
         for i, r in enumerate(reps):
             lbl = [r.url]
-            up.add_metric(lbl, 1.0 if r.state.healthy else 0.0)
+            up.add_metric(lbl, 1.0 if r.healthy else 0.0)
             fl.add_metric(lbl, inflight[i] if i < len(inflight) else 0)
             pend.add_metric(lbl, r.state.pending_prefill_tokens)
             rate.add_metric(lbl, r.state.prefill_tokens_per_s)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from kvharness.routing.base import Policy, ReplicaState, RouteRequest
 from kvharness.routing.index import PrefixIndex
 
-__all__ = ["Flight", "NoReplica", "Overloaded", "Routed", "Router"]
+__all__ = ["Flight", "HealthNews", "NoReplica", "Overloaded", "Routed", "Router"]
 
 
 class Routed(NamedTuple):
@@ -37,6 +37,15 @@ class NoReplica(NamedTuple):
     tried: int
 
 
+class HealthNews(NamedTuple):
+    """What a health report changed."""
+
+    changed: bool
+    """The replica went in (a check passed) or out (``unhealthy_after`` failed in a row)."""
+    forgotten: bool
+    """It is confirmed down: its index entries were dropped (it will come back empty)."""
+
+
 @dataclass(slots=True)
 class Flight:
     """One request in flight on a replica, as the router accounts for it."""
@@ -55,7 +64,10 @@ class Router:
     """Routes hashed requests with ``policy`` over ``states``, using and feeding ``index``.
 
     ``max_queue`` bounds the requests in flight per replica (a replica at it is not offered to the
-    policy; when all are, :meth:`route` answers :class:`Overloaded`). Each decision feeds the index
+    policy; when all are, :meth:`route` answers :class:`Overloaded`). The router is the one owner
+    of the replicas' health: :meth:`report_health` takes each check's result (a replica is out
+    after ``unhealthy_after`` failures in a row, in again after one success), :meth:`suspect`
+    takes a replica out that a request could not reach. Each decision feeds the index
     at once (:meth:`PrefixIndex.record_routed`): the replica will hold the prompt's blocks once it
     has prefilled them, and requests that arrive before its KV events say so (sessions starting
     together on a shared repository context) should see them there; events then confirm them, or
@@ -72,6 +84,7 @@ class Router:
         max_queue: int = 256,
         retry_after_s: float = 1.0,
         rate_alpha: float = 0.2,
+        unhealthy_after: int = 2,
     ) -> None:
         if index.num_replicas != len(states):
             raise ValueError(f"index has {index.num_replicas} replicas, {len(states)} states given")
@@ -81,7 +94,10 @@ class Router:
         self.max_queue = max_queue
         self.retry_after_s = retry_after_s
         self.rate_alpha = rate_alpha
+        self.unhealthy_after = unhealthy_after
         self.inflight = [0] * len(states)
+        self._fails = [0] * len(states)
+        self._forgotten = [False] * len(states)
 
     def admissible(self, i: int) -> bool:
         return self.states[i].healthy and self.inflight[i] < self.max_queue
@@ -176,6 +192,33 @@ class Router:
         s.waiting = max(0, min(waiting, self.inflight[i]))
         s.running = self.inflight[i] - s.waiting
         s.used_blocks = round(kv_usage * s.capacity_blocks)
+
+    def is_healthy(self, i: int) -> bool:
+        return self.states[i].healthy
+
+    def report_health(self, i: int, ok: bool) -> HealthNews:
+        """One health check's result for replica ``i``. A pass puts it back in; the
+        ``unhealthy_after``-th failure in a row takes it out and confirms it down (its index
+        entries are dropped: it comes back with an empty cache, perhaps another engine)."""
+        if ok:
+            self._fails[i] = 0
+            self._forgotten[i] = False
+            return HealthNews(self.set_healthy(i, True), False)
+        self._fails[i] += 1
+        if self._fails[i] < self.unhealthy_after:
+            return HealthNews(False, False)
+        changed = self.set_healthy(i, False)
+        forgotten = not self._forgotten[i]
+        if forgotten:
+            self.forget(i)
+            self._forgotten[i] = True
+        return HealthNews(changed, forgotten)
+
+    def suspect(self, i: int) -> bool:
+        """A request could not reach replica ``i``: out until a health check passes (one that
+        fails instead confirms it down). Returns whether it was in."""
+        self._fails[i] = self.unhealthy_after
+        return self.set_healthy(i, False)
 
     def set_healthy(self, i: int, healthy: bool) -> bool:
         """Mark replica ``i`` up or down (offered to the policy or not); returns whether that

@@ -104,7 +104,7 @@ class Encoded:
     begins a word (whitespace before it), in order: candidate points to resume tokenising from.
     The offset is where the previous token ends, so whitespace the tokenizer folds into the token
     is included. Unlike special tokens these are not guaranteed boundaries; whoever resumes from
-    one checks the result (see :class:`kvharness.gateway.sessions.PromptHasher`)."""
+    one checks the result (see :class:`kvharness.gateway.prompt_hasher.PromptHasher`)."""
 
 
 class EngineTokenizer:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import NamedTuple
+
+from kvharness.wire import blocking
+from kvharness.wire.http import WireError
 
 __all__ = [
     "SchedTimes",
@@ -25,33 +27,41 @@ __all__ = [
 
 def poll(
     what: str,
-    request: str | urllib.request.Request,
+    url: str,
     proc: subprocess.Popen[bytes] | None,
     *,
     timeout: float,
     every: float,
     request_timeout: float,
+    body: bytes | None = None,
 ) -> None:
-    """Repeat ``request`` until it succeeds; RuntimeError naming ``what`` when ``proc`` (None:
-    a server not started here) exits or ``timeout`` seconds pass first."""
+    """Repeat a GET of ``url`` (a POST of the JSON ``body`` when given) until it answers 2xx;
+    RuntimeError naming ``what`` when ``proc`` (None: a server not started here) exits or
+    ``timeout`` seconds pass first."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            urllib.request.urlopen(request, timeout=request_timeout).read()
-            return
-        except OSError:
-            code = proc.poll() if proc is not None else None
-            if code is not None:
-                raise RuntimeError(f"{what} (exit {code})") from None
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{what} (not after {timeout:.0f} s)") from None
-            time.sleep(every)
+            if body is None:
+                status, _ = blocking.get(url, timeout_s=request_timeout)
+            else:
+                status, _ = blocking.post(url, body, timeout_s=request_timeout)
+            if 200 <= status < 300:
+                return
+        except WireError:
+            pass
+        code = proc.poll() if proc is not None else None
+        if code is not None:
+            raise RuntimeError(f"{what} (exit {code})")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} (not after {timeout:.0f} s)")
+        time.sleep(every)
 
 
 def wait_up(
     url: str, proc: subprocess.Popen[bytes], timeout: float = 120, every: float = 0.3
 ) -> None:
-    """Until ``url`` answers a GET (RuntimeError if ``proc`` exits or ``timeout`` passes)."""
+    """Until ``url`` answers a GET with 2xx (RuntimeError if ``proc`` exits or ``timeout``
+    passes)."""
     poll(f"{url} did not come up", url, proc, timeout=timeout, every=every, request_timeout=2)
 
 

@@ -25,13 +25,12 @@ import signal
 import socket
 import subprocess
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvharness.testing.procs import poll
+from kvharness.wire import blocking, vllm
 
 __all__ = [
     "ReplicaConfig",
@@ -242,12 +241,6 @@ def _removed_on_error(path: Path) -> Iterator[None]:
         raise
 
 
-def _get(url: str, timeout: float = 5.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        body: bytes = resp.read()
-        return body
-
-
 def wait_ready(replica: VllmReplica, timeout: float = 300.0) -> None:
     """Poll ``/health`` until it answers 200, then send the warm-up request."""
     try:
@@ -266,13 +259,11 @@ def warm_up(replica: VllmReplica) -> None:
         "max_tokens": 4,
         "ignore_eos": True,
     }
-    req = urllib.request.Request(
-        replica.url + "/v1/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+    status, answer = blocking.post(
+        replica.url + "/v1/completions", json.dumps(body).encode(), timeout_s=120
     )
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        resp.read()
+    if status != 200:
+        raise RuntimeError(f"warm-up of {replica.url} answered {status}: {answer[:200]!r}")
 
 
 def start_replicas(
@@ -301,9 +292,7 @@ def start_replicas(
 
 
 def _discover_model(url: str) -> str:
-    data = json.loads(_get(url.rstrip("/") + "/v1/models"))
-    name: str = data["data"][0]["id"]
-    return name
+    return blocking.run(lambda c: vllm.first_model(c, url))
 
 
 def external_replicas() -> list[VllmReplica] | None:

@@ -1,4 +1,5 @@
-"""A small OpenAI chat-completions client (aiohttp, streaming) that measures each call.
+"""A small OpenAI chat-completions client (streaming, over :mod:`kvharness.wire`) that measures
+each call.
 
 One method, :meth:`ChatClient.complete`: messages and tools in, a :class:`ModelReply` out, with the
 assistant message assembled from the stream (text and tool-call deltas) and a :class:`ModelCall`
@@ -10,13 +11,17 @@ relative to the ``t0`` the caller gives).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
+import msgspec
+
+from kvharness.wire import vllm
+from kvharness.wire.http import Client, WireError
+from kvharness.wire.openai import ToolCallDelta, Usage, decode_chunk
+from kvharness.wire.sse import DONE, SSEParser
 
 __all__ = ["ChatClient", "ModelCall", "ModelError", "ModelReply"]
 
@@ -49,8 +54,9 @@ class ModelReply:
 
 class ChatClient:
     """Chat completions against ``endpoint`` (a base URL such as ``http://host:8000``; ``/v1`` is
-    added when missing). Holds one aiohttp session; close it with :meth:`close` or ``async
-    with``. Safe to share between concurrent episodes."""
+    added when missing). Holds one pooled HTTP client, made on first use in the running event
+    loop; close it with :meth:`close` or ``async with``. Safe to share between concurrent
+    episodes."""
 
     def __init__(
         self,
@@ -67,9 +73,12 @@ class ChatClient:
         self.model = model
         self.max_tokens = max_tokens
         self.temperature = temperature
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._session: aiohttp.ClientSession | None = None
+        self.root = self.base_url.removesuffix("/v1")
+        self._timeout_s = timeout
+        self._headers = b"Content-Type: application/json\r\n"
+        if api_key:
+            self._headers += f"Authorization: Bearer {api_key}\r\n".encode()
+        self._client: Client | None = None
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -77,26 +86,22 @@ class ChatClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
-        return self._session
+    def _http(self) -> Client:
+        if self._client is None:
+            self._client = Client(timeout_s=self._timeout_s)
+        return self._client
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     async def resolve_model(self) -> str:
         """The model to ask for: the one given, else the first the endpoint lists."""
         if self.model is None:
             try:
-                async with self._http().get(self.base_url + "/models") as resp:
-                    if resp.status != 200:
-                        raise ModelError(f"GET /v1/models: http {resp.status}")
-                    data = await resp.json()
-                self.model = str(data["data"][0]["id"])
-            except (aiohttp.ClientError, KeyError, IndexError, ValueError) as err:
+                self.model = await vllm.first_model(self._http(), self.root)
+            except WireError as err:
                 raise ModelError(f"cannot list models at {self.base_url}: {err}") from None
         return self.model
 
@@ -108,7 +113,6 @@ class ChatClient:
         """Token ids of the prompt the server builds from ``messages`` and ``tools`` (chat
         template applied, generation prompt added), from vLLM's ``POST /tokenize``;
         :class:`ModelError` when the endpoint has none."""
-        root = self.base_url.removesuffix("/v1")
         body: dict[str, Any] = {
             "model": await self.resolve_model(),
             "messages": list(messages),
@@ -117,17 +121,11 @@ class ChatClient:
         if tools:
             body["tools"] = list(tools)
         try:
-            async with self._http().post(root + "/tokenize", json=body) as resp:
-                if resp.status != 200:
-                    text = (await resp.text())[:200]
-                    raise ModelError(f"POST /tokenize: http {resp.status}: {text}")
-                data = await resp.json()
-        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+            return await vllm.tokenize(self._http(), self.root, body, timeout_s=self._timeout_s)
+        except vllm.Unexpected as err:
+            raise ModelError(str(err)) from None
+        except WireError as err:
             raise ModelError(f"POST /tokenize: {type(err).__name__}: {err}") from None
-        tokens = data.get("tokens") if isinstance(data, Mapping) else None
-        if not isinstance(tokens, list):
-            raise ModelError("POST /tokenize: no 'tokens' in the answer")
-        return [int(t) for t in tokens]
 
     async def complete(
         self,
@@ -154,63 +152,66 @@ class ChatClient:
         first: float | None = None
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        usage: Mapping[str, Any] = {}
+        usage: Usage | None = None
         finish: str | None = None
+        url = self.base_url + "/chat/completions"
         try:
-            async with self._http().post(self.base_url + "/chat/completions", json=body) as resp:
+            resp = await self._http().request("POST", url, _json.encode(body), self._headers)
+            try:
                 if resp.status != 200:
-                    text = (await resp.text())[:300]
+                    text = (await resp.read(65536)).decode("utf-8", "replace")[:300]
                     raise ModelError(f"http {resp.status}: {text}")
-                async for raw in resp.content:
-                    line = raw.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        break
-                    chunk = json.loads(data)
-                    if chunk.get("usage"):
-                        usage = chunk["usage"]
-                    for choice in chunk.get("choices") or ():
-                        delta = choice.get("delta") or {}
-                        if first is None and (delta.get("content") or delta.get("tool_calls")):
-                            first = time.perf_counter() - t0
-                        if delta.get("content"):
-                            content.append(delta["content"])
-                        for tc in delta.get("tool_calls") or ():
-                            _merge_tool_call(calls, tc)
-                        if choice.get("finish_reason"):
-                            finish = choice["finish_reason"]
-        except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError) as err:
+                parser = SSEParser()
+                while piece := await resp.first():
+                    for data in parser.feed(piece):
+                        if data == DONE:
+                            break
+                        chunk = decode_chunk(data)
+                        if chunk.usage is not None:
+                            usage = chunk.usage
+                        for choice in chunk.choices:
+                            delta = choice.delta
+                            if delta is not None:
+                                if first is None and (delta.content or delta.tool_calls):
+                                    first = time.perf_counter() - t0
+                                if delta.content:
+                                    content.append(delta.content)
+                                for tc in delta.tool_calls or ():
+                                    _merge_tool_call(calls, tc)
+                            if choice.finish_reason:
+                                finish = choice.finish_reason
+            finally:
+                resp.release()
+        except (WireError, msgspec.DecodeError) as err:
             raise ModelError(f"{type(err).__name__}: {err}") from None
         done = time.perf_counter() - t0
         message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
         if calls:
             message["tool_calls"] = [calls[i] for i in sorted(calls)]
-        details = usage.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
         call = ModelCall(
             sent=sent,
             first_token=first,
             done=done,
-            prompt_tokens=int(usage.get("prompt_tokens", 0)),
-            completion_tokens=int(usage.get("completion_tokens", 0)),
-            cached_tokens=int(cached) if cached is not None else None,
+            prompt_tokens=usage.prompt_tokens if usage is not None else 0,
+            completion_tokens=usage.completion_tokens if usage is not None else 0,
+            cached_tokens=usage.cached_tokens if usage is not None else None,
             finish_reason=finish,
         )
         return ModelReply(message, call)
 
 
-def _merge_tool_call(calls: dict[int, dict[str, Any]], delta: Mapping[str, Any]) -> None:
+_json = msgspec.json.Encoder()
+
+
+def _merge_tool_call(calls: dict[int, dict[str, Any]], delta: ToolCallDelta) -> None:
     """Fold one streamed tool-call delta into the calls assembled so far (keyed by index)."""
-    index = int(delta.get("index", 0))
     call = calls.setdefault(
-        index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        delta.index or 0, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
     )
-    if delta.get("id"):
-        call["id"] = delta["id"]
-    fn = delta.get("function") or {}
-    if fn.get("name"):
-        call["function"]["name"] += fn["name"]
-    if fn.get("arguments"):
-        call["function"]["arguments"] += fn["arguments"]
+    if delta.id:
+        call["id"] = delta.id
+    fn = delta.function
+    if fn is not None and fn.name:
+        call["function"]["name"] += fn.name
+    if fn is not None and fn.arguments:
+        call["function"]["arguments"] += fn.arguments

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
+import msgspec
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from kvharness.errors import UserError
+from kvharness.wire import blocking
+from kvharness.wire.http import WireError
 
 __all__ = ["fetch_status", "render_status", "watch_status"]
 
@@ -22,15 +22,20 @@ def fetch_status(url: str, timeout: float = 5.0) -> dict[str, Any]:
     """The gateway's ``/status`` JSON; raises :class:`UserError` when it cannot be had."""
     target = url.rstrip("/") + "/status"
     try:
-        with urllib.request.urlopen(target, timeout=timeout) as resp:
-            data: dict[str, Any] = json.loads(resp.read())
-            return data
-    except urllib.error.HTTPError as err:
-        raise UserError(f"{target} answered {err.code}") from None
-    except (urllib.error.URLError, OSError) as err:
-        raise UserError(f"cannot reach {target}: {getattr(err, 'reason', err)}") from None
-    except ValueError:
+        status, body = blocking.get(target, timeout_s=timeout)
+    except WireError as err:
+        raise UserError(f"cannot reach {target}: {err}") from None
+    except ValueError as err:
+        raise UserError(f"--url {url}: {err}") from None
+    if status != 200:
+        raise UserError(f"{target} answered {status}")
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
         raise UserError(f"{target} did not answer JSON (is it a kvharness gateway?)") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{target} did not answer a JSON object (is it a kvharness gateway?)")
+    return data
 
 
 def render_status(status: dict[str, Any]) -> Group:

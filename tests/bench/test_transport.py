@@ -1,4 +1,4 @@
-"""The bench's own HTTP client against hand-written responses from a real socket on loopback:
+"""The bench's transport against hand-written responses from a real socket on loopback:
 chunked bodies split at awkward places, length-delimited bodies, keep-alive reuse, stale
 connections."""
 
@@ -9,7 +9,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
-from kvharness.bench.fasthttp import FastTransport
+from kvharness.bench.transport import HttpTransport
 
 SSE = (
     b'data: {"choices":[{"text":"a"}]}\n\n'
@@ -82,7 +82,7 @@ async def test_chunked_stream_split_byte_by_byte_and_connection_reused() -> None
         writer.close()
 
     server, url = await _serve(handler)
-    t = FastTransport(time.monotonic)
+    t = HttpTransport(time.monotonic)
     try:
         for _ in range(2):
             out = await t.stream(url, b"{}")
@@ -105,7 +105,7 @@ async def test_length_delimited_error_body_is_reported() -> None:
         writer.close()
 
     server, url = await _serve(handler)
-    t = FastTransport(time.monotonic)
+    t = HttpTransport(time.monotonic)
     try:
         out = await t.stream(url, b"{}")
     finally:
@@ -127,7 +127,7 @@ async def test_stale_keepalive_connection_is_replaced_transparently() -> None:
         writer.close()  # the server drops the connection after one answer (keep-alive timeout)
 
     server, url = await _serve(handler)
-    t = FastTransport(time.monotonic)
+    t = HttpTransport(time.monotonic)
     try:
         first = await t.stream(url, b"{}")
         await asyncio.sleep(0.05)
@@ -149,7 +149,7 @@ async def test_response_without_done_is_a_cut_stream() -> None:
         writer.close()
 
     server, url = await _serve(handler)
-    t = FastTransport(time.monotonic)
+    t = HttpTransport(time.monotonic)
     try:
         out = await t.stream(url, b"{}")
     finally:
