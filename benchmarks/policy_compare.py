@@ -31,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from kvharness.routing.base import available_policies, parse_policy_options
+from kvharness.routing.registry import available_policies, parse_policy_options
 from kvharness.sim.summary import PolicyRow
 from kvharness.sim.sweep import Task, run_task
 from kvharness.workload.load import load_workload

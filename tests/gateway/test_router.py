@@ -7,8 +7,9 @@ import pytest
 from kvharness.engine.events import BlockStored
 from kvharness.gateway.backends import parse_cache_config, parse_engine_load
 from kvharness.gateway.router import NoReplica, Overloaded, Routed, Router
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, make_policy
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 from kvharness.routing.index import PrefixIndex
+from kvharness.routing.registry import make_policy
 
 BS = 4
 

@@ -98,7 +98,7 @@ def test_calibrate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 def test_run_default_prints_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
     rows = run_default(workload=SMALL, cluster="2xH200:llama-3.1-8b", executor="serial")
-    from kvharness.routing.base import available_policies
+    from kvharness.routing.registry import available_policies
 
     assert [r.policy for r in rows] == available_policies()
     assert all(r.turns > 0 and r.errors == 0 for r in rows)

@@ -168,7 +168,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from kvharness.report.io import parse_deadline
-    from kvharness.routing.base import available_policies
+    from kvharness.routing.registry import available_policies
     from kvharness.sim.cluster import parse_cluster
 
     names = available_policies()

@@ -65,8 +65,9 @@ from kvharness.gateway.upstream import (
     UpstreamError,
     UpstreamTimeout,
 )
-from kvharness.routing.base import ReplicaState, RouteRequest, make_policy
+from kvharness.routing.base import ReplicaState, RouteRequest
 from kvharness.routing.index import PrefixIndex
+from kvharness.routing.registry import make_policy
 
 __all__ = ["Gateway", "error_body"]
 

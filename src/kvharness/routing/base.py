@@ -12,22 +12,12 @@ router's own decisions).
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple
 
-__all__ = [
-    "Decision",
-    "Policy",
-    "ReplicaState",
-    "RouteRequest",
-    "available_policies",
-    "make_policy",
-    "parse_policy_options",
-    "register_policy",
-]
+__all__ = ["Decision", "Policy", "ReplicaState", "RouteRequest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +76,7 @@ class Decision(NamedTuple):
 
 
 class Policy(ABC):
-    """A routing policy. Subclasses set ``name`` and register with :func:`register_policy`.
+    """A routing policy. Subclasses set ``name``; :mod:`kvharness.routing.registry` names them.
 
     ``choose`` must return a healthy replica whenever one exists. The ``on_*`` hooks let a policy keep
     state (session tables, approximate trees); they default to doing nothing. Callers guarantee
@@ -111,52 +101,3 @@ class Policy(ABC):
 
     def on_finished(self, request: RouteRequest, replica: int, now: float) -> None:  # noqa: B027
         """The request finished on ``replica`` (successfully or not)."""
-
-
-P = TypeVar("P", bound=type[Policy])
-_REGISTRY: dict[str, type[Policy]] = {}
-
-
-def register_policy(cls: P) -> P:
-    """Class decorator: make a policy available by its ``name`` everywhere (sim, gateway, CLI)."""
-    if cls.name in _REGISTRY:
-        raise ValueError(f"policy {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def _load_builtin() -> None:
-    # Importing the package registers the built-in policies.
-    import kvharness.routing.policies  # noqa: F401
-
-
-def available_policies() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY)
-
-
-def make_policy(name: str, **options: Any) -> Policy:
-    """A new policy object by name; ``options`` go to its constructor."""
-    _load_builtin()
-    try:
-        cls: Callable[..., Policy] = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown policy {name!r}; choose from {', '.join(sorted(_REGISTRY))}"
-        ) from None
-    return cls(**options)
-
-
-def parse_policy_options(pairs: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings as constructor options: a value is read as JSON (numbers, booleans,
-    lists) and kept as a string when it is not JSON. Raises ValueError naming a malformed pair."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"a policy option is KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(value)
-        except ValueError:
-            out[key] = value
-    return out

@@ -9,7 +9,7 @@ import time
 from rich.console import Console
 
 from kvharness.report.io import parse_deadline
-from kvharness.routing.base import available_policies
+from kvharness.routing.registry import available_policies
 from kvharness.sim.summary import PolicyRow, render_rows
 from kvharness.sim.sweep import Task, run_sweep
 

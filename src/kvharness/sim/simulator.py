@@ -34,8 +34,9 @@ from kvharness.engine.replica import Replica
 from kvharness.engine.request import Request
 from kvharness.engine.scheduler import SchedulerConfig
 from kvharness.report.records import TurnRecord
-from kvharness.routing.base import Policy, RouteRequest, make_policy
+from kvharness.routing.base import Policy, RouteRequest
 from kvharness.routing.index import PrefixIndex
+from kvharness.routing.registry import make_policy
 from kvharness.sim.bounds import solo_turn_time
 from kvharness.sim.cluster import ClusterSpec
 from kvharness.sim.ideal import SessionIdealCache

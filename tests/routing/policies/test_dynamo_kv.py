@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from kvharness.routing.base import ReplicaState, RouteRequest, make_policy
+from kvharness.routing.base import ReplicaState, RouteRequest
 from kvharness.routing.policies.dynamo_kv import DynamoKV
+from kvharness.routing.registry import make_policy
 
 Cluster = Callable[..., list[ReplicaState]]
 Req = Callable[..., RouteRequest]

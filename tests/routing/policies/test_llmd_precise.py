@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvharness.routing.base import ReplicaState, RouteRequest, make_policy
+from kvharness.routing.base import ReplicaState, RouteRequest
 from kvharness.routing.policies.llmd_precise import LlmdPrecise
+from kvharness.routing.registry import make_policy
 
 Cluster = Callable[..., list[ReplicaState]]
 Req = Callable[..., RouteRequest]

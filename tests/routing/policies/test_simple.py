@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvharness.routing.base import ReplicaState, RouteRequest, make_policy
+from kvharness.routing.base import ReplicaState, RouteRequest
+from kvharness.routing.registry import make_policy
 
 
 def test_round_robin_cycles_and_skips_unhealthy(

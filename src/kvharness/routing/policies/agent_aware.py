@@ -59,7 +59,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 from kvharness.routing.policies._common import candidates
 
 __all__ = ["AgentAware"]
@@ -76,7 +76,6 @@ class _Home:
     inflight: int = 0
 
 
-@register_policy
 class AgentAware(Policy):
     """Session homes with bounded load, moved only when queueing costs more than re-prefill."""
 

@@ -30,13 +30,12 @@ import math
 import random
 from collections.abc import Sequence
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 from kvharness.routing.policies._common import candidates
 
 __all__ = ["DynamoKV"]
 
 
-@register_policy
 class DynamoKV(Policy):
     """Dynamo KV router (see module docstring)."""
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 from kvharness.routing.policies._common import candidates
 
 __all__ = ["LeastOutstanding"]
 
 
-@register_policy
 class LeastOutstanding(Policy):
     """Fewest running + waiting requests (:attr:`ReplicaState.outstanding`). Ties go to the first
     tied replica after the previous pick, so equal loads spread instead of piling on replica 0."""

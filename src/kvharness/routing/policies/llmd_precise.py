@@ -24,13 +24,12 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 from kvharness.routing.policies._common import candidates
 
 __all__ = ["LlmdPrecise"]
 
 
-@register_policy
 class LlmdPrecise(Policy):
     """llm-d precise-prefix-cache profile (see module docstring)."""
 

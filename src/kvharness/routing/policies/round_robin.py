@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 from kvharness.routing.policies._common import candidates
 
 __all__ = ["RoundRobin"]
 
 
-@register_policy
 class RoundRobin(Policy):
     """Cycles over replicas by index, skipping unhealthy ones. Ignores load and cache contents."""
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 from kvharness.routing.policies._common import candidates, stable_hash
 
 __all__ = ["SessionHash"]
 
 
-@register_policy
 class SessionHash(Policy):
     """Session affinity by consistent hashing, blind to load and cache contents.
 

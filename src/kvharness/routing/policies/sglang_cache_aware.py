@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 from kvharness.routing.policies._common import candidates
 
 __all__ = ["ApproxTree", "SglangCacheAware"]
@@ -123,7 +123,6 @@ class ApproxTree:
                     heapq.heappush(heap, (self._tenants[parent][t], t, parent))
 
 
-@register_policy
 class SglangCacheAware(Policy):
     """SGLang router ``cache_aware`` (see module docstring for the rule and the differences)."""
 
