@@ -190,7 +190,7 @@ async def test_killed_replica_loses_no_unstarted_request(
         stream_results = await asyncio.gather(*streams)
     assert results == ["length"] * 16  # every request that had not started streaming finished
     assert set(stream_results) <= {"cut", "done"}
-    assert not gw.states[1].healthy
+    assert not gw.router.healthy[1]
 
 
 @pytest.mark.parametrize("replay", [False, True])

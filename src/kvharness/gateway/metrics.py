@@ -32,6 +32,8 @@ class ReplicaView:
     url: str
     state: ReplicaState
     events: KVEventSubscriber | None
+    healthy: bool
+    """The router's flag (:attr:`kvharness.gateway.router.Router.healthy`)."""
 
 
 class _StateCollector(Collector):
@@ -74,7 +76,7 @@ class _StateCollector(Collector):
         )  # fmt: skip
         for i, r in enumerate(reps):
             lbl = [r.url]
-            up.add_metric(lbl, 1.0 if r.state.healthy else 0.0)
+            up.add_metric(lbl, 1.0 if r.healthy else 0.0)
             fl.add_metric(lbl, inflight[i] if i < len(inflight) else 0)
             pend.add_metric(lbl, r.state.pending_prefill_tokens)
             rate.add_metric(lbl, r.state.prefill_tokens_per_s)

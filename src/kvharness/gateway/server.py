@@ -210,8 +210,10 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.metrics.watch(
             lambda: [
-                ReplicaView(u, s, e)
-                for u, s, e in zip(self.urls, self.states, self.subscribers, strict=True)
+                ReplicaView(u, s, e, up)
+                for u, s, e, up in zip(
+                    self.urls, self.states, self.subscribers, self.router.healthy, strict=True
+                )
             ],
             lambda: self.router.inflight,
             self.index,
@@ -824,7 +826,7 @@ class Gateway:
             except (TimeoutError, aiohttp.ClientError, msgspec.DecodeError):
                 return []
 
-        healthy = [u for u, s in zip(self.urls, self.states, strict=True) if s.healthy]
+        healthy = [u for u, up in zip(self.urls, self.router.healthy, strict=True) if up]
         seen: dict[str, Any] = {}
         for models in await asyncio.gather(*(one(u) for u in healthy)):
             for mdl in models:
@@ -838,7 +840,7 @@ class Gateway:
         )
 
     async def _health(self, request: web.Request) -> web.Response:
-        healthy = sum(s.healthy for s in self.states)
+        healthy = sum(self.router.healthy)
         body = {"status": "ok" if healthy else "unavailable", "healthy_replicas": healthy}
         return web.Response(
             status=200 if healthy else 503, body=_json.encode(body), content_type="application/json"
@@ -868,7 +870,7 @@ class Gateway:
         ):
             entry: dict[str, Any] = {
                 "url": url,
-                "healthy": s.healthy,
+                "healthy": self.router.healthy[i],
                 "inflight": self.router.inflight[i],
                 "pending_prefill_tokens": s.pending_prefill_tokens,
                 "prefill_tokens_per_s": round(s.prefill_tokens_per_s, 1),

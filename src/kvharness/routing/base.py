@@ -5,9 +5,9 @@ simulator or HTTP types, reads no clock (``now`` is passed in) and does no I/O, 
 wins in the simulator is the very one that routes live traffic.
 
 The cluster view is a sequence of :class:`ReplicaState` (kept current by whoever owns the replicas:
-the simulator's engine models, or the gateway's bookkeeping) and, per replica, the number of leading
-blocks of the request already cached there (from the prefix index, fed by KV events or by the
-router's own decisions).
+the simulator from its engine models' counters, the gateway's router from its own bookkeeping),
+per replica the number of leading blocks of the request already cached there (from the prefix
+index, fed by KV events or by the router's own decisions), and the replicas the request may go to.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ class ReplicaState:
     """KV blocks held by running requests (not counting free cached blocks)."""
     pending_prefill_tokens: int = 0
     """Prompt tokens admitted but not yet prefilled (after prefix-cache hits)."""
-    healthy: bool = True
     cached_blocks: int = 0
     """Blocks in the replica's prefix cache, in use or free-but-cached (0 when unknown)."""
     prefill_tokens_per_s: float = 0.0
@@ -78,10 +77,16 @@ class Decision(NamedTuple):
 class Policy(ABC):
     """A routing policy. Subclasses set ``name``; :mod:`kvharness.routing.registry` names them.
 
-    ``choose`` must return a healthy replica whenever one exists. The ``on_*`` hooks let a policy keep
-    state (session tables, approximate trees); they default to doing nothing. Callers guarantee
-    ``on_routed`` for every ``choose`` whose decision was used, and ``on_finished`` once per
-    routed request.
+    **Choosing.** ``choose`` picks one of ``eligible``: the indices of the replicas the request
+    may go to, ascending, never empty. Which replicas are eligible is the caller's rule (the
+    gateway's router: healthy, below its queue limit, not yet tried for this request; the
+    simulator: all). ``replicas`` and ``matched_blocks`` still cover every replica, eligible or
+    not, and indices refer to them, so a policy may read the whole cluster (its load spread, say)
+    but must return an eligible index.
+
+    **State.** The ``on_*`` hooks let a policy keep state (session tables, approximate trees);
+    they default to doing nothing. Callers guarantee ``on_routed`` for every ``choose`` whose
+    decision was used, and ``on_finished`` once per routed request.
     """
 
     name: ClassVar[str]
@@ -91,10 +96,12 @@ class Policy(ABC):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
-        """Pick a replica. ``matched_blocks[i]``: leading blocks of the request cached on replica i."""
+        """Pick one of ``eligible``. ``matched_blocks[i]``: leading blocks of the request cached
+        on replica i."""
 
     def on_routed(self, request: RouteRequest, replica: int, now: float) -> None:  # noqa: B027
         """The request was sent to ``replica``."""

@@ -156,6 +156,11 @@ class Simulator:
         ]
         self.states = [r.state for r in self.replicas]
         n = len(self.replicas)
+        self.eligible = range(n)
+        """What the policy may choose from: every replica, always. The live router offers only
+        healthy replicas below its queue limit (:meth:`~kvharness.gateway.router.Router.admissible`);
+        here replicas never fail and an engine's waiting queue is unbounded, as vLLM's is, so
+        that rule would let every replica through."""
         self.index: PrefixIndex | MaskIndex | None = None
         if config.prefix_source == "index":
             self.index = PrefixIndex(n)
@@ -281,7 +286,7 @@ class Simulator:
             self._next_turn(si, ti, now)
             return
         matched = self.match(hashes)
-        decision = self.policy.choose(rreq, self.states, matched, now)
+        decision = self.policy.choose(rreq, self.states, self.eligible, matched, now)
         ri = decision.replica
         self.policy.on_routed(rreq, ri, now)
         req = Request(

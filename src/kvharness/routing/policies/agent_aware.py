@@ -60,7 +60,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
-from kvharness.routing.policies._common import candidates
 
 __all__ = ["AgentAware"]
 
@@ -167,11 +166,12 @@ class AgentAware(Policy):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
         self._expire(now)
-        among = candidates(replicas)
+        among = eligible
         self._block_size = max(1, replicas[among[0]].block_size)
         known = [
             replicas[i].prefill_tokens_per_s for i in among if replicas[i].prefill_tokens_per_s
@@ -248,7 +248,7 @@ class AgentAware(Policy):
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
         matched: Sequence[int],
-        among: list[int],
+        among: Sequence[int],
         t: dict[int, float],
         x: dict[int, float],
     ) -> int:

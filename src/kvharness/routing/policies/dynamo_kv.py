@@ -31,7 +31,6 @@ import random
 from collections.abc import Sequence
 
 from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
-from kvharness.routing.policies._common import candidates
 
 __all__ = ["DynamoKV"]
 
@@ -88,10 +87,11 @@ class DynamoKV(Policy):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
-        among = candidates(replicas)
+        among = eligible
         logits = self.logits(request, replicas, matched_blocks, among)
         if self.temperature == 0.0:
             best = min(logits.values())

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
-from kvharness.routing.policies._common import candidates
 
 __all__ = ["LeastOutstanding"]
 
@@ -23,11 +22,12 @@ class LeastOutstanding(Policy):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
         n = len(replicas)
-        order = sorted(candidates(replicas), key=lambda i: (i - self._last - 1) % n)
+        order = sorted(eligible, key=lambda i: (i - self._last - 1) % n)
         best = min(order, key=lambda i: replicas[i].outstanding)
         self._last = best
         return Decision(best, "least_load")

@@ -25,7 +25,6 @@ import random
 from collections.abc import Sequence
 
 from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
-from kvharness.routing.policies._common import candidates
 
 __all__ = ["LlmdPrecise"]
 
@@ -74,10 +73,11 @@ class LlmdPrecise(Policy):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
-        among = candidates(replicas)
+        among = eligible
         scores = self.scores(request, replicas, matched_blocks, among)
         best = max(scores.values())
         tied = [i for i in among if scores[i] == best]
