@@ -27,7 +27,6 @@ from kvharness.engine.events import KVEvent
 from kvharness.engine.eviction import CpuTier, EvictionPolicy, make_eviction
 from kvharness.engine.request import Request
 from kvharness.engine.scheduler import Plan, Scheduler, SchedulerConfig
-from kvharness.routing.base import ReplicaState
 
 __all__ = ["Replica"]
 
@@ -76,10 +75,11 @@ class Replica:
         )
         self.jump = jump
         budget = self.scheduler.config.max_num_batched_tokens
-        rate = budget / self.cost.step_time(
+        self.prefill_tokens_per_s = budget / self.cost.step_time(
             StepBatch(budget, budget * (budget + 1) / 2, budget, 0, 0)
         )
-        self.state = ReplicaState(name, blocks, deployment.block_size, prefill_tokens_per_s=rate)
+        """Prompt tokens per second of one full prefill step, from the cost model: what a router
+        may assume this replica prefills at."""
         self.version = 0
         self.next_wake: float | None = None
         self.busy_seconds = 0.0
@@ -103,7 +103,6 @@ class Replica:
         sched = self.scheduler
         waiting_before = bool(sched.waiting)
         sched.add(req, est_cached_tokens)
-        self._update_state()
         plan = self._plan
         if plan is None:
             if self.next_wake is None:
@@ -140,7 +139,6 @@ class Replica:
             self._plan = None
         self.next_wake = None
         self._start_next(now)
-        self._update_state()
         return finished
 
     def drain_events(self) -> list[KVEvent]:
@@ -153,6 +151,33 @@ class Replica:
     @property
     def idle(self) -> bool:
         return self._plan is None and self.next_wake is None
+
+    # -- counters ------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        """Requests being served (prefill or decode)."""
+        return len(self.scheduler.running)
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued, not yet scheduled."""
+        return len(self.scheduler.waiting)
+
+    @property
+    def used_blocks(self) -> int:
+        """KV blocks held by requests (not counting free cached blocks)."""
+        return self.pool.num_used
+
+    @property
+    def cached_blocks(self) -> int:
+        """Blocks in the prefix cache, in use or free-but-cached."""
+        return self.pool.num_cached
+
+    @property
+    def pending_prefill_tokens(self) -> int:
+        """Prompt tokens admitted but not yet prefilled (after prefix-cache hits)."""
+        return self.scheduler.pending_prefill
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -194,11 +219,3 @@ class Replica:
                     self._set_wake(now + cost.decode_run_time(self._run_seqs, self._run_ctx, k))
                     return
         self._set_wake(now + cost.step_time(plan.batch) + plan.load_seconds)
-
-    def _update_state(self) -> None:
-        st, sched, pool = self.state, self.scheduler, self.pool
-        st.running = len(sched.running)
-        st.waiting = len(sched.waiting)
-        st.used_blocks = pool.num_used
-        st.cached_blocks = pool.num_cached
-        st.pending_prefill_tokens = sched.pending_prefill

@@ -34,7 +34,7 @@ from kvharness.engine.replica import Replica
 from kvharness.engine.request import Request
 from kvharness.engine.scheduler import SchedulerConfig
 from kvharness.report.records import TurnRecord
-from kvharness.routing.base import Policy, RouteRequest
+from kvharness.routing.base import Policy, ReplicaState, RouteRequest
 from kvharness.routing.index import PrefixIndex
 from kvharness.routing.registry import make_policy
 from kvharness.sim.bounds import solo_turn_time
@@ -154,7 +154,17 @@ class Simulator:
             )
             for i in range(config.cluster.replicas)
         ]
-        self.states = [r.state for r in self.replicas]
+        self.states = [
+            ReplicaState(
+                r.name,
+                r.pool.num_blocks,
+                r.pool.block_size,
+                prefill_tokens_per_s=r.prefill_tokens_per_s,
+            )
+            for r in self.replicas
+        ]
+        """What the policy sees of each replica, brought up to date from the replica's counters
+        after each submit and wake (:meth:`_sync`)."""
         n = len(self.replicas)
         self.eligible = range(n)
         """What the policy may choose from: every replica, always. The live router offers only
@@ -188,6 +198,15 @@ class Simulator:
             got = chain.rechunk(self.block_size)
             self._hashes[key] = got
         return got
+
+    def _sync(self, i: int) -> None:
+        """Copy replica ``i``'s counters into its :class:`ReplicaState`."""
+        rep, st = self.replicas[i], self.states[i]
+        st.running = rep.running
+        st.waiting = rep.waiting
+        st.used_blocks = rep.used_blocks
+        st.cached_blocks = rep.cached_blocks
+        st.pending_prefill_tokens = rep.pending_prefill_tokens
 
     def match(self, hashes: tuple[int, ...]) -> list[int]:
         """Leading blocks of ``hashes`` cached on each replica (the one place that asks)."""
@@ -232,6 +251,7 @@ class Simulator:
                 if rep.version != b:
                     continue
                 finished = rep.wake(now)
+                self._sync(a)
                 if self.index is not None:
                     evs = rep.drain_events()
                     if evs:
@@ -301,6 +321,7 @@ class Simulator:
             tag=(si, ti, ideal, rreq),
         )
         wake = self.replicas[ri].submit(req, now, matched[ri] * bs)
+        self._sync(ri)
         if wake is not None:
             self._push(wake, 1, _WAKE, ri, self.replicas[ri].version)
 
