@@ -182,11 +182,12 @@ def test_prompt_too_long_is_an_error_record(small: Workload) -> None:
 
 
 def test_goodput_counts_sessions_within_their_deadline() -> None:
-    from kvharness.sim.sweep import Task, run_task
+    from kvharness.sim.sweep import SimJob, run_job
 
     spec = "synthetic:sessions=4,steps_median=4,repo_tokens_median=3000"
-    loose = run_task(Task(spec, "2xH200:llama-3.1-8b", "round_robin", deadline="100x"))
-    tight = run_task(Task(spec, "2xH200:llama-3.1-8b", "round_robin", deadline="0.5x"))
+    cfg = SimConfig(parse_cluster("2xH200:llama-3.1-8b"), "round_robin")
+    loose = run_job(SimJob(spec, cfg, deadline="100x"))
+    tight = run_job(SimJob(spec, cfg, deadline="0.5x"))
     assert loose.sessions_within_deadline == loose.sessions == 4
     assert loose.goodput is not None and loose.goodput > 0
     assert tight.sessions_within_deadline == 0 and tight.goodput == 0

@@ -1,4 +1,4 @@
-"""Sweeps: the process pool runs tasks like serial does; the Ray path against a stand-in module."""
+"""Sweeps: the process pool runs jobs like serial does; the Ray path against a stand-in module."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ from typing import Any
 
 import pytest
 
-from kvharness.sim.sweep import Task, run_sweep
+from kvharness.sim.cluster import parse_cluster
+from kvharness.sim.simulator import SimConfig
+from kvharness.sim.sweep import SimJob, run_sweep
 
 SMALL = "synthetic:sessions=3,steps_median=4,repo_tokens_median=3000"
-TASKS = [Task(SMALL, "2xH200:llama-3.1-8b", p, 1.0) for p in ("round_robin", "session")]
+CLUSTER = parse_cluster("2xH200:llama-3.1-8b")
+TASKS = [SimJob(SMALL, SimConfig(CLUSTER, p)) for p in ("round_robin", "session")]
 
 
 def _key(rows: list[Any]) -> list[tuple[Any, ...]]:
@@ -53,7 +56,7 @@ def test_ray_path_with_a_stand_in_ray_module(monkeypatch: pytest.MonkeyPatch) ->
         TASKS,
         executor="auto",
         ray_address="ray://head:10001",
-        on_row=lambda t, r: seen.append(t.policy),
+        on_row=lambda job, r: seen.append(job.config.policy),
     )
     assert calls["address"] == "ray://head:10001"
     assert _key(rows) == _key(run_sweep(TASKS, executor="serial"))
@@ -61,11 +64,15 @@ def test_ray_path_with_a_stand_in_ray_module(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_policy_options_reach_the_policy() -> None:
-    base = Task(SMALL, "2xH200:llama-3.1-8b", "agent_aware", 1.0)
+    base = SimJob(SMALL, SimConfig(CLUSTER, "agent_aware"))
+
+    def with_options(**options: Any) -> SimJob:
+        return replace(base, config=replace(base.config, policy_options=options))
+
     with pytest.raises(TypeError, match="no_such_option"):
-        run_sweep([replace(base, policy_options=(("no_such_option", 1),))], executor="serial")
+        run_sweep([with_options(no_such_option=1)], executor="serial")
     # A context cost this large spreads the sessions: a different run from the default one.
-    spread = replace(base, policy_options=(("context_cost", 10.0),))
+    spread = with_options(context_cost=10.0)
     assert _key(run_sweep([spread], executor="serial")) != _key(
         run_sweep([base], executor="serial")
     )

@@ -7,17 +7,17 @@
 from kvharness.sim.cluster import ClusterSpec, parse_cluster
 from kvharness.sim.default import run_default
 from kvharness.sim.simulator import SimConfig, SimResult, Simulator, simulate
-from kvharness.sim.sweep import Task, run_sweep, run_task
+from kvharness.sim.sweep import SimJob, run_job, run_sweep
 
 __all__ = [
     "ClusterSpec",
     "SimConfig",
+    "SimJob",
     "SimResult",
     "Simulator",
-    "Task",
     "parse_cluster",
     "run_default",
+    "run_job",
     "run_sweep",
-    "run_task",
     "simulate",
 ]
