@@ -6,13 +6,18 @@ import sys
 import types
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from kvharness.report.io import parse_deadline
+from kvharness.report.metrics import Summary
 from kvharness.sim.cluster import parse_cluster
 from kvharness.sim.simulator import SimConfig
-from kvharness.sim.sweep import SimJob, run_sweep
+from kvharness.sim.summary import render_rows
+from kvharness.sim.sweep import SimJob, run_job, run_sweep
 
 SMALL = "synthetic:sessions=3,steps_median=4,repo_tokens_median=3000"
 CLUSTER = parse_cluster("2xH200:llama-3.1-8b")
@@ -75,4 +80,18 @@ def test_policy_options_reach_the_policy() -> None:
     spread = with_options(context_cost=10.0)
     assert _key(run_sweep([spread], executor="serial")) != _key(
         run_sweep([base], executor="serial")
+    )
+
+
+def test_a_run_written_or_not_is_summarised_the_same(tmp_path: Path) -> None:
+    job = SimJob(SMALL, SimConfig(CLUSTER, "round_robin"), deadline="1.2x")
+    quiet = run_job(job)
+    written = run_job(replace(job, out=str(tmp_path / "run")))
+    assert msgspec.structs.replace(quiet, wall_seconds=0.0) == msgspec.structs.replace(
+        written, wall_seconds=0.0
+    )
+    summary = Summary.from_json((tmp_path / "run" / "summary.json").read_bytes())
+    assert summary.deadline_rule == "1.2x lower bound"
+    assert "within 1.2x lower bound" in str(
+        render_rows([quiet], parse_deadline("1.2x"), "").caption
     )

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from kvharness.report.io import parse_deadline, write_run_report
+from kvharness.report.io import parse_deadline, summarise_with_deadline, write_run_report
 from kvharness.sim.simulator import SimConfig, Simulator
 from kvharness.sim.summary import PolicyRow, policy_row
 from kvharness.workload.model import Workload
@@ -77,36 +77,22 @@ def run_job(job: SimJob, workload: Workload | None = None) -> PolicyRow:
     t0 = time.perf_counter()
     result = Simulator(wl, cfg, hash_cache=hashes).run()
     wall = time.perf_counter() - t0
-    from kvharness.report.metrics import summarise
-
     expected = {s.id: len(s.turns) for s in wl.sessions}
     label = cfg.policy
-    config = {
-        "workload": job.workload,
-        **msgspec.to_builtins(cfg),
-        "label": label,
-        "cluster_resolved": cluster.label(),
-    }
-    if job.out is not None:
-        summary = write_run_report(
-            job.out,
-            result.records,
-            {**config, "lower_bounds": result.lower_bounds},
-            job.deadline,
-            label=label,
-            expected_turns=expected,
+    if job.out is None:
+        summary = summarise_with_deadline(
+            result.records, deadline, result.lower_bounds, label=label, expected_turns=expected
         )
     else:
-        per_session = None
-        if deadline.factor is not None:
-            per_session = {k: deadline.of(v) for k, v in result.lower_bounds.items()}
-        summary = summarise(
-            result.records,
-            deadline=deadline.seconds,
-            label=label,
-            expected_turns=expected,
-            session_deadlines=per_session,
-            deadline_rule=None if deadline.factor is None else f"{deadline.label()}",
+        config = {
+            "workload": job.workload,
+            **msgspec.to_builtins(cfg),
+            "label": label,
+            "cluster_resolved": cluster.label(),
+            "lower_bounds": result.lower_bounds,
+        }
+        summary = write_run_report(
+            job.out, result.records, config, job.deadline, label=label, expected_turns=expected
         )
     return policy_row(
         cfg.policy,
