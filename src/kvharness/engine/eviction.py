@@ -194,15 +194,6 @@ class SessionTTL(EvictionPolicy):
     def release_one(self, now: float) -> bool:
         return self._pop_due(None)
 
-    def next_expiry(self) -> float | None:
-        while self._heap:
-            expiry, seq, session = self._heap[0]
-            pin = self._pins.get(session)
-            if pin is not None and pin[1] == seq:
-                return expiry
-            heapq.heappop(self._heap)
-        return None
-
 
 class CpuTier:
     """A host-memory LRU of evicted blocks (hashes only), ``capacity`` blocks, with events.

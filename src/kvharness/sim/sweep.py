@@ -17,10 +17,9 @@ import importlib.util
 import os
 import time
 from collections.abc import Callable, Iterable, MutableMapping
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -101,7 +100,6 @@ def run_job(job: SimJob, workload: Workload | None = None) -> PolicyRow:
         summary,
         result.records,
         result.lower_bounds,
-        deadline,
         preemptions=sum(r.preemptions for r in result.replicas),
         sim_seconds=result.end_time,
         wall_seconds=wall,
@@ -136,7 +134,7 @@ def run_sweep(
     elif executor == "process":
         with ProcessPoolExecutor(max_workers=jobs or os.cpu_count()) as pool:
             futures = {pool.submit(run_job, t): i for i, t in enumerate(todo)}
-            for fut in _as_completed(futures):
+            for fut in as_completed(futures):
                 i = futures[fut]
                 rows[i] = fut.result()
                 if on_row:
@@ -146,12 +144,6 @@ def run_sweep(
     else:
         raise ValueError(f"unknown executor {executor!r}; choose auto, ray, process or serial")
     return [r for r in rows if r is not None]
-
-
-def _as_completed(futures: dict[Any, int]) -> Iterable[Any]:
-    from concurrent.futures import as_completed
-
-    return as_completed(futures)
 
 
 def _run_ray(
