@@ -1,6 +1,6 @@
 """One engine replica: block pool + scheduler + cost model, stepped by whoever holds the clock.
 
-The loop is ``plan = schedule(now); duration = cost(plan); postprocess(plan, now + duration)``,
+**The loop** is ``plan = schedule(now); duration = cost(plan); postprocess(plan, now + duration)``,
 split across two calls so a driver can interleave replicas and arrivals:
 
 * :meth:`Replica.submit` queues a request at ``now``;
@@ -17,6 +17,11 @@ finishes: no blocks, no sequence slot, no token budget), the replica plans ``k``
 duration comes from the cost model's closed form. A request submitted during a run cuts it at
 the end of the step in progress, exactly where a step-by-step engine would next look at its
 queue. ``jump=False`` steps one by one (the reference the closed form is tested against).
+
+**Counters.** ``running``, ``waiting``, ``used_blocks``, ``cached_blocks`` and
+``pending_prefill_tokens`` read the scheduler and the pool as they are now, and
+``prefill_tokens_per_s`` is the cost model's full-step prefill rate. A replica knows nothing of
+routers: whoever routes to it (the simulator) copies these into its own view.
 """
 
 from __future__ import annotations

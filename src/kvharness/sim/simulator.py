@@ -1,7 +1,7 @@
 """The cluster simulator: sessions, replicas (engine models) and a router in virtual time.
 
-An event heap of ``(time, priority, seq, kind, a, b)`` entries (ties break by priority, then by
-insertion order, so runs are reproducible). Two kinds of event:
+**Events.** A heap of ``(time, priority, seq, kind, a, b)`` entries (ties break by priority, then
+by insertion order, so runs are reproducible). Two kinds of event:
 
 * ``SEND`` (priority 0): a session's turn is sent: the router picks a replica (policy + prefix
   index), the replica queues it. Sessions run closed loop: turn ``i + 1`` is sent ``gap`` seconds
@@ -12,12 +12,18 @@ insertion order, so runs are reproducible). Two kinds of event:
 
 A send at the same instant as a step end is seen by that step's successor, as a live engine would.
 
-Matched prefixes come from a mirror of the replicas' caches fed with their KV events after each
-step: by default :class:`kvharness.sim.prefix.MaskIndex` (O(blocks) per match whatever the number
-of replicas), or the routing package's :class:`~kvharness.routing.index.PrefixIndex`
+**What the policy sees.** One :class:`~kvharness.routing.base.ReplicaState` per replica, owned
+here and copied from the replica's counters after each submit and wake; every replica is
+eligible (see :attr:`Simulator.eligible`).
+
+**Matched prefixes** come from a mirror of the replicas' caches fed with their KV events after
+each step: by default :class:`kvharness.sim.prefix.MaskIndex` (O(blocks) per match whatever the
+number of replicas), or the routing package's :class:`~kvharness.routing.index.PrefixIndex`
 (``prefix_source="index"``); ``"direct"`` asks each replica's block pool (O(replicas) per turn).
-All three give the same answers. Per simulated turn the work is O(its blocks + replicas for the policy's own
-scan); per engine step it is O(requests in the batch), never O(replicas).
+All three give the same answers.
+
+**Costs.** Per simulated turn the work is O(its blocks + replicas for the policy's own scan); per
+engine step it is O(requests in the batch), never O(replicas).
 """
 
 from __future__ import annotations

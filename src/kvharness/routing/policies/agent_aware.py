@@ -41,14 +41,19 @@ context, separated by tool runs. The policy is built on four facts that follow:
    costs less by more than ``move_slack_s`` and by a factor ``move_ratio``; ``b``'s cost
    includes re-prefilling the context, ``h``'s does not count the session's own context.
 
-A request without a session id goes to the least ``ttft``. A new session goes to the least
-``cost`` among replicas whose resident context plus its own fits ``memory_target`` of the KV (when
-any does). Inputs: :class:`ReplicaState` (``pending_prefill_tokens``, ``running``,
-``used_blocks``, ``capacity_blocks``, ``prefill_tokens_per_s``; when 0, the mean of the measured
-replicas' rates, or ``default_prefill_tokens_per_s`` when none is; always that mean with
-``pooled_rate``, for replicas known to be alike, since a rate learnt from time to first token
-mixes a replica's speed with what it was busy with) and the matched prefix per replica.
-Mutates only its own session table.
+**Placement.** A request without a session id goes to the least ``ttft``. A new session goes to
+the least ``cost`` among replicas whose resident context plus its own fits ``memory_target`` of
+the KV (when any does). Only eligible replicas are considered: a session whose home is not
+eligible is placed anew.
+
+**Inputs.** The matched prefix per replica and :class:`ReplicaState`'s
+``pending_prefill_tokens``, ``running``, ``used_blocks``, ``capacity_blocks`` and
+``prefill_tokens_per_s``. A rate of 0 is taken as the mean of the measured replicas' rates (or
+``default_prefill_tokens_per_s`` when none is measured); with ``pooled_rate``, for replicas known
+to be alike, that mean is used for all, since a rate learnt from time to first token mixes a
+replica's speed with what it was busy with.
+
+**State.** Mutates only its own session table.
 """
 
 from __future__ import annotations
