@@ -1,7 +1,8 @@
 """sim: a discrete-event model of a serving cluster (engine models + a router) in virtual time.
 
-``Simulator`` runs one workload on one cluster under one policy and returns per-turn records;
-``run_sweep`` runs many in parallel; ``run_default`` is the embedded demo (``make run``).
+``Simulator`` runs one workload on one cluster under one policy (a ``SimConfig``) and returns
+per-turn records; ``run_sweep`` runs many ``SimJob`` (a workload spec and a ``SimConfig``) in
+parallel; ``run_default`` is the embedded demo (``make run``).
 """
 
 from kvharness.sim.cluster import ClusterSpec, parse_cluster
