@@ -58,12 +58,14 @@ class Router:
     ``max_queue`` bounds the requests in flight per replica (a replica at it is not offered to the
     policy; when all are, :meth:`route` answers :class:`Overloaded`). :attr:`healthy` is the
     router's own flag per replica, set by health checks through :meth:`set_healthy`; a replica
-    down is not offered either. Each decision feeds the index
-    at once (:meth:`PrefixIndex.record_routed`): the replica will hold the prompt's blocks once it
-    has prefilled them, and requests that arrive before its KV events say so (sessions starting
-    together on a shared repository context) should see them there; events then confirm them, or
-    remove them when the engine evicts. For replicas without events, decisions are all the index
-    has, bounded by its LRU capacity. Mutates ``states``, ``index`` and the policy's own state.
+    down is not offered either.
+
+    Each decision feeds the index at once (:meth:`PrefixIndex.record_routed`): the replica will
+    hold the prompt's blocks once it has prefilled them, and requests that arrive before its KV
+    events say so (sessions starting together on a shared repository context) should see them
+    there; events then confirm them, or remove them when the engine evicts. For replicas without
+    events, decisions are all the index has, bounded by its LRU capacity. Mutates ``states``,
+    ``index`` and the policy's own state.
     """
 
     def __init__(

@@ -174,9 +174,10 @@ class Simulator:
         n = len(self.replicas)
         self.eligible = range(n)
         """What the policy may choose from: every replica, always. The live router offers only
-        healthy replicas below its queue limit (:meth:`~kvharness.gateway.router.Router.admissible`);
-        here replicas never fail and an engine's waiting queue is unbounded, as vLLM's is, so
-        that rule would let every replica through."""
+        healthy replicas below its queue limit
+        (:meth:`~kvharness.gateway.router.Router.admissible`); here replicas never fail and an
+        engine's waiting queue is unbounded, as vLLM's is, so that rule would let every replica
+        through."""
         self.index: PrefixIndex | MaskIndex | None = None
         if config.prefix_source == "index":
             self.index = PrefixIndex(n)
