@@ -176,17 +176,16 @@ class AgentAware(Policy):
         now: float,
     ) -> Decision:
         self._expire(now)
-        among = eligible
-        self._block_size = max(1, replicas[among[0]].block_size)
+        self._block_size = max(1, replicas[eligible[0]].block_size)
         known = [
-            replicas[i].prefill_tokens_per_s for i in among if replicas[i].prefill_tokens_per_s
+            replicas[i].prefill_tokens_per_s for i in eligible if replicas[i].prefill_tokens_per_s
         ]
         # A replica not yet measured is taken to be like the measured ones (replicas are alike),
         # not as fast as a constant: that would make it look idle next to a measured busy one.
         self._mean_rate = sum(known) / len(known) if known else self.default_prefill_tokens_per_s
-        t = {i: self.ttft(request, replicas[i], matched_blocks[i]) for i in among}
-        x = {i: self.burden(request, replicas[i], matched_blocks[i]) for i in among}
-        fastest = min(among, key=lambda i: (t[i], replicas[i].outstanding, i))
+        t = {i: self.ttft(request, replicas[i], matched_blocks[i]) for i in eligible}
+        x = {i: self.burden(request, replicas[i], matched_blocks[i]) for i in eligible}
+        fastest = min(eligible, key=lambda i: (t[i], replicas[i].outstanding, i))
         sid = request.session_id
         if sid is None:
             return Decision(fastest, "least_time")
@@ -207,9 +206,9 @@ class AgentAware(Policy):
                 + self.contention(
                     replicas[i], steps, self.resident_blocks(i, replicas[i], own if i == h else 0)
                 )
-                for i in among
+                for i in eligible
             }
-            b = min(among, key=lambda i: (cost[i], i))
+            b = min(eligible, key=lambda i: (cost[i], i))
             if (
                 b != h
                 and cost[h] > cost[b] + self.move_slack_s
@@ -217,7 +216,7 @@ class AgentAware(Policy):
             ):
                 return Decision(b, "spill" if t[h] > t[b] else "rebalance")
             return Decision(h, "affinity")
-        return Decision(self._place(request, replicas, matched_blocks, among, t, x), "place")
+        return Decision(self._place(request, replicas, matched_blocks, eligible, t, x), "place")
 
     def resident_blocks(self, replica: int, r: ReplicaState, exclude: int = 0) -> float:
         """Context a session on ``r`` will share decode steps with: KV of the requests running

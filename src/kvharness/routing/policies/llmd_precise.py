@@ -77,8 +77,7 @@ class LlmdPrecise(Policy):
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
-        among = eligible
-        scores = self.scores(request, replicas, matched_blocks, among)
+        scores = self.scores(request, replicas, matched_blocks, eligible)
         best = max(scores.values())
-        tied = [i for i in among if scores[i] == best]
+        tied = [i for i in eligible if scores[i] == best]
         return Decision(self._rng.choice(tied), "max_score")
