@@ -38,7 +38,7 @@ def throughput(model: str, isl: int, osl: int, n: int = 3000) -> tuple[float, in
         if v != rep.version:
             continue
         rep.wake(now)
-        peak = max(peak, rep.state.running)
+        peak = max(peak, rep.running)
         if rep.next_wake is not None:
             heapq.heappush(heap, (rep.next_wake, rep.version))
     return n * osl / now, peak

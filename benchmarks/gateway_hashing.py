@@ -33,8 +33,9 @@ from typing import Any
 from kvharness.gateway.prompt_hasher import PromptHasher
 from kvharness.gateway.router import Routed, Router
 from kvharness.gateway.tokenizer import load_engine_tokenizer
-from kvharness.routing.base import ReplicaState, RouteRequest, make_policy
+from kvharness.routing.base import ReplicaState, RouteRequest
 from kvharness.routing.index import PrefixIndex
+from kvharness.routing.registry import make_policy
 from kvharness.testing.tiny_model import ensure_tiny_model
 
 REPO = Path(__file__).resolve().parents[1]

@@ -31,9 +31,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from kvharness.routing.base import available_policies, parse_policy_options
+from kvharness.routing.registry import available_policies, parse_policy_options
+from kvharness.sim.cluster import parse_cluster
+from kvharness.sim.simulator import SimConfig
 from kvharness.sim.summary import PolicyRow
-from kvharness.sim.sweep import Task, run_task
+from kvharness.sim.sweep import SimJob, run_job
 from kvharness.workload.load import load_workload
 from kvharness.workload.model import Workload
 
@@ -64,9 +66,9 @@ def _workload(key: str, args: argparse.Namespace) -> Workload:
     return _WORKLOADS[key]
 
 
-def _run(job: tuple[str, Task, argparse.Namespace]) -> tuple[str, PolicyRow]:
-    key, task, args = job
-    return key, run_task(task, _workload(key, args))
+def _run(job: tuple[str, SimJob, argparse.Namespace]) -> tuple[str, PolicyRow]:
+    key, sim, args = job
+    return key, run_job(sim, _workload(key, args))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,17 +150,20 @@ def main(argv: list[str] | None = None) -> int:
         ours_options = parse_policy_options(args.policy_option)
     except ValueError as err:
         ap.error(f"--policy-option: {err}")
+    cluster = parse_cluster(args.cluster)
     jobs = [
         (
             k,
-            Task(
+            SimJob(
                 k,
-                args.cluster,
-                p,
-                load,
-                cpu_tier_blocks=args.cpu_tier_blocks,
+                SimConfig(
+                    cluster,
+                    p,
+                    policy_options=ours_options if p == OURS else {},
+                    cpu_tier_blocks=args.cpu_tier_blocks,
+                    load=load,
+                ),
                 deadline=args.deadline,
-                policy_options=tuple(ours_options.items()) if p == OURS else (),
             ),
             args,
         )

@@ -91,10 +91,10 @@ def test_idle_replica_wakes_at_submit_and_reports_state(
     assert rep.idle
     r = Request("a", (), 40, 3, 1.0)
     assert rep.submit(r, 1.0) == 1.0
-    assert rep.state.waiting == 1 and rep.state.pending_prefill_tokens == 40
+    assert rep.waiting == 1 and rep.pending_prefill_tokens == 40
     assert rep.submit(Request("b", (), 40, 3, 1.0), 1.0) is None  # already due to wake
     rep.wake(1.0)
-    assert rep.state.running == 2 and rep.state.waiting == 0
-    assert rep.state.pending_prefill_tokens == 0 and rep.state.used_blocks == 6
+    assert rep.running == 2 and rep.waiting == 0
+    assert rep.pending_prefill_tokens == 0 and rep.used_blocks == 6
     assert rep.next_wake is not None and rep.next_wake > 1.0
-    assert rep.state.prefill_tokens_per_s > 0
+    assert rep.prefill_tokens_per_s > 0

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kvharness.env.actions import Bash, EditFile, ReadFile, Search, Submit, apply_edit
-from kvharness.env.harness.agents import OracleAgent, fix_snippets, make_agent
+from kvharness.env.harness.agents import AGENTS, OracleAgent, fix_snippets, make_agent
 from kvharness.env.harness.demo import make_demo_task
 
 FIXED = "def f(x):\n    y = x + 1\n    return y\n\n\ndef g(x):\n    y = x + 1\n    return y * 2\n"
@@ -43,3 +45,10 @@ def test_oracle_script_shape(tmp_path: Path) -> None:
     assert isinstance(wrong, EditFile) and isinstance(fix, EditFile)
     assert wrong.search == "    if x < high:\n" and wrong.replace.startswith(OracleAgent.MARKER)
     assert fix.search == wrong.replace and fix.replace == "    if x > high:\n"
+
+
+def test_agents_are_chosen_by_name_from_one_registry() -> None:
+    assert sorted(AGENTS) == ["cheat", "model", "noop", "oracle"]
+    assert AGENTS["oracle"] is OracleAgent
+    with pytest.raises(ValueError, match=r"^unknown agent 'x'; choose from cheat, model, noop"):
+        make_agent("x", None)  # type: ignore[arg-type]

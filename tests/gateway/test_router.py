@@ -6,8 +6,9 @@ import pytest
 
 from kvharness.engine.events import BlockStored
 from kvharness.gateway.router import NoReplica, Overloaded, Routed, Router
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, make_policy
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 from kvharness.routing.index import PrefixIndex
+from kvharness.routing.registry import make_policy
 
 BS = 4
 
@@ -25,14 +26,17 @@ class Always(Policy):
 
     def __init__(self, pick: int) -> None:
         self.pick = pick
+        self.offered: list[list[int]] = []
 
     def choose(
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
+        self.offered.append(list(eligible))
         return Decision(self.pick, "fixed")
 
 
@@ -53,13 +57,29 @@ def test_overloaded_vs_no_replica() -> None:
 def test_exclude_and_policy_contract_fallback() -> None:
     index = PrefixIndex(3)
     index.apply(2, BlockStored((1, 2), None))
-    r = Router(Always(0), states(3), index)
+    policy = Always(0)
+    r = Router(policy, states(3), index)
     # The policy insists on replica 0, which is excluded: the router falls back to the longest
     # cached prefix among the admissible ones.
     out = r.route(req(), 0.0, exclude=frozenset({0}))
     assert out == Routed(2, "fallback", 2)
-    assert r.states[0].healthy  # the temporary view was restored
+    assert policy.offered == [[1, 2]]
+    assert r.healthy == [True, True, True]  # an exclusion is this request's, not a health mark
     assert [s.cached_blocks for s in r.states] == [0, 0, 2]  # the policy saw the index's sizes
+
+
+def test_policy_is_offered_only_healthy_replicas_below_the_queue_limit() -> None:
+    policy = Always(1)
+    r = Router(policy, states(4), PrefixIndex(4), max_queue=1)
+    r.set_healthy(0, False)
+    first = r.route(req(), 0.0)
+    assert first == Routed(1, "fixed", 0)
+    r.dispatched(req(), first, 0.0)  # replica 1 is now at its queue limit
+    assert r.route(req(), 1.0) == Routed(2, "fallback", 0)
+    r.set_healthy(0, True)
+    r.route(req(), 2.0)
+    assert policy.offered == [[1, 2, 3], [2, 3], [0, 2, 3]]
+    assert [r.admissible(i) for i in range(4)] == [True, False, True, True]
 
 
 def test_bookkeeping_and_own_decisions_feed_the_index() -> None:

@@ -147,11 +147,13 @@ async def test_dead_replica_is_retried_and_taken_out(fake_backends: Any, gateway
         for _ in range(6):
             r = await c.chat.completions.create(model="m", messages=MSGS, max_tokens=2)
             assert r.choices[0].message.content == " tok" * 2
-    assert not gw.router.is_healthy(1) and gw.router.is_healthy(0)
+    assert not gw.router.healthy[1] and gw.router.healthy[0]
     # Only suspected (no health check has failed yet): what the index knows of it is kept.
     assert gw.index.cached_blocks(1) == held
     _, text, _ = await get(gw, "/metrics")
     assert 'kvharness_gateway_retries_total{reason="upstream_failed"} 1.0' in text
+    assert f'kvharness_gateway_replica_healthy{{replica="{b.url}"}} 0.0' in text
+    assert f'kvharness_gateway_replica_healthy{{replica="{a.url}"}} 1.0' in text
 
 
 async def test_health_checks_take_out_and_bring_back(fake_backends: Any, gateways: Any) -> None:
@@ -165,16 +167,16 @@ async def test_health_checks_take_out_and_bring_back(fake_backends: Any, gateway
     assert gw.index.cached_blocks(1) > 0
     b.kill()
     for _ in range(50):
-        if not gw.router.is_healthy(1):
+        if not gw.router.healthy[1]:
             break
         await asyncio.sleep(0.1)
-    assert not gw.router.is_healthy(1)
+    assert not gw.router.healthy[1]
     assert gw.index.cached_blocks(1) == 0  # confirmed down: it will come back empty
     status, text, _ = await get(gw, "/health")
     assert status == 200 and json.loads(text)["healthy_replicas"] == 1
     a.kill()
     for _ in range(50):
-        if not gw.router.is_healthy(0):
+        if not gw.router.healthy[0]:
             break
         await asyncio.sleep(0.1)
     status, text, _ = await get(gw, "/health")
@@ -231,7 +233,7 @@ async def test_killed_replica_loses_no_unstarted_requests(
         b.kill()
         answers = await asyncio.gather(*tasks)
     assert answers == [" tok" * 2] * 40
-    assert not gw.router.is_healthy(1)
+    assert not gw.router.healthy[1]
 
 
 async def test_sessions_stick_and_index_learns_from_decisions(

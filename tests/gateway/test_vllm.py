@@ -198,7 +198,7 @@ async def test_killed_replica_loses_no_unstarted_request(
         stream_results = await asyncio.gather(*streams)
     assert results == ["length"] * 16  # every request that had not started streaming finished
     assert set(stream_results) <= {"cut", "done"}
-    assert not gw.router.is_healthy(1)
+    assert not gw.router.healthy[1]
 
 
 @pytest.mark.parametrize("replay", [False, True])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvharness.routing.base import make_policy, parse_policy_options
 from kvharness.routing.policies.agent_aware import AgentAware
+from kvharness.routing.registry import make_policy, parse_policy_options
 
 
 def test_values_are_json_or_strings() -> None:

@@ -9,12 +9,12 @@ import pytest
 
 from kvharness.cli import main
 from kvharness.engine.cost import CostModel, StepBatch
+from kvharness.engine.scheduler import SchedulerConfig
 from kvharness.errors import UserError
 from kvharness.report.records import read_records
 from kvharness.sim import run_default
 from kvharness.sim import sweep as sweep_module
 from kvharness.sim.cluster import parse_cluster
-from kvharness.sim.sweep import Task
 from kvharness.testing.cli import run_cli
 
 SMALL = "synthetic:sessions=3,steps_median=4,repo_tokens_median=3000"
@@ -98,7 +98,7 @@ def test_calibrate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 def test_run_default_prints_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
     rows = run_default(workload=SMALL, cluster="2xH200:llama-3.1-8b", executor="serial")
-    from kvharness.routing.base import available_policies
+    from kvharness.routing.registry import available_policies
 
     assert [r.policy for r in rows] == available_policies()
     assert all(r.turns > 0 and r.errors == 0 for r in rows)
@@ -152,12 +152,10 @@ def test_sim_refuses_before_simulating(
 
 
 def test_block_size_zero_is_not_the_default() -> None:
-    with pytest.raises(ValueError, match="block_size must be >= 1"):
-        Task(workload=SMALL, cluster="1xH200:llama-3.1-8b", policy="round_robin", block_size=0)
-    with pytest.raises(ValueError, match="max_num_seqs must be >= 1"):
-        Task(workload=SMALL, cluster="1xH200:llama-3.1-8b", policy="round_robin", max_num_seqs=0)
     with pytest.raises(UserError, match="block_size must be >= 1 token"):
         parse_cluster("1xH200:llama-3.1-8b", block_size=0)
+    with pytest.raises(ValueError, match="max_num_seqs must be >= 1"):
+        SchedulerConfig(max_num_seqs=0)
 
 
 def test_calibrate_checks_out_before_fitting(

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from kvharness.report.records import TurnRecord
+from kvharness.routing.base import Decision, ReplicaState, RouteRequest
+from kvharness.routing.policies.round_robin import RoundRobin
 from kvharness.sim.cluster import parse_cluster
 from kvharness.sim.simulator import SimConfig, SimResult, Simulator
 from kvharness.workload.load import load_workload
@@ -130,6 +133,48 @@ def test_mooncake_head(mooncake_head: Workload) -> None:
     assert sum(r.cached_tokens or 0 for r in res.records) > 0
 
 
+class _Mirror(RoundRobin):
+    """Round robin that checks, at every choice, that each replica's state is what the replica
+    itself counts, and that every replica is offered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sim: Simulator | None = None
+        self.busiest = 0
+
+    def choose(
+        self,
+        request: RouteRequest,
+        replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
+        matched_blocks: Sequence[int],
+        now: float,
+    ) -> Decision:
+        assert self.sim is not None and eligible == range(len(self.sim.replicas))
+        for st, rep in zip(replicas, self.sim.replicas, strict=True):
+            assert (st.name, st.capacity_blocks, st.block_size) == (
+                rep.name, rep.pool.num_blocks, rep.pool.block_size,
+            )  # fmt: skip
+            assert (st.running, st.waiting, st.pending_prefill_tokens) == (
+                rep.running, rep.waiting, rep.pending_prefill_tokens,
+            )  # fmt: skip
+            assert (st.used_blocks, st.cached_blocks) == (rep.used_blocks, rep.cached_blocks)
+            assert st.prefill_tokens_per_s == rep.prefill_tokens_per_s > 0
+            self.busiest = max(self.busiest, st.outstanding)
+        return super().choose(request, replicas, eligible, matched_blocks, now)
+
+
+def test_policy_sees_each_replica_as_it_counts_itself() -> None:
+    # Sessions arriving close together, so that sends fall between a replica's wake-ups.
+    wl = generate(SyntheticConfig(sessions=20, steps_median=10, repo_tokens_median=6000, seed=4))
+    policy = _Mirror()
+    cfg = SimConfig(parse_cluster("2xH200:llama-3.1-8b", block_size=wl.block_size), load=30.0)
+    sim = Simulator(wl, cfg, policy=policy)
+    policy.sim = sim
+    check_records(wl, sim.run())
+    assert policy.busiest > 8
+
+
 def test_prompt_too_long_is_an_error_record(small: Workload) -> None:
     res = run(small, "1xH200:llama-3.1-8b", num_blocks=20)
     assert any(r.error and r.error.startswith("too long") for r in res.records)
@@ -137,11 +182,12 @@ def test_prompt_too_long_is_an_error_record(small: Workload) -> None:
 
 
 def test_goodput_counts_sessions_within_their_deadline() -> None:
-    from kvharness.sim.sweep import Task, run_task
+    from kvharness.sim.sweep import SimJob, run_job
 
     spec = "synthetic:sessions=4,steps_median=4,repo_tokens_median=3000"
-    loose = run_task(Task(spec, "2xH200:llama-3.1-8b", "round_robin", deadline="100x"))
-    tight = run_task(Task(spec, "2xH200:llama-3.1-8b", "round_robin", deadline="0.5x"))
+    cfg = SimConfig(parse_cluster("2xH200:llama-3.1-8b"), "round_robin")
+    loose = run_job(SimJob(spec, cfg, deadline="100x"))
+    tight = run_job(SimJob(spec, cfg, deadline="0.5x"))
     assert loose.sessions_within_deadline == loose.sessions == 4
     assert loose.goodput is not None and loose.goodput > 0
     assert tight.sessions_within_deadline == 0 and tight.goodput == 0

@@ -1,4 +1,4 @@
-"""Sweeps: the process pool runs tasks like serial does; the Ray path against a stand-in module."""
+"""Sweeps: the process pool runs jobs like serial does; the Ray path against a stand-in module."""
 
 from __future__ import annotations
 
@@ -6,14 +6,22 @@ import sys
 import types
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from kvharness.sim.sweep import Task, run_sweep
+from kvharness.report.io import parse_deadline
+from kvharness.report.metrics import Summary
+from kvharness.sim.cluster import parse_cluster
+from kvharness.sim.simulator import SimConfig
+from kvharness.sim.summary import render_rows
+from kvharness.sim.sweep import SimJob, run_job, run_sweep
 
 SMALL = "synthetic:sessions=3,steps_median=4,repo_tokens_median=3000"
-TASKS = [Task(SMALL, "2xH200:llama-3.1-8b", p, 1.0) for p in ("round_robin", "session")]
+CLUSTER = parse_cluster("2xH200:llama-3.1-8b")
+TASKS = [SimJob(SMALL, SimConfig(CLUSTER, p)) for p in ("round_robin", "session")]
 
 
 def _key(rows: list[Any]) -> list[tuple[Any, ...]]:
@@ -53,7 +61,7 @@ def test_ray_path_with_a_stand_in_ray_module(monkeypatch: pytest.MonkeyPatch) ->
         TASKS,
         executor="auto",
         ray_address="ray://head:10001",
-        on_row=lambda t, r: seen.append(t.policy),
+        on_row=lambda job, r: seen.append(job.config.policy),
     )
     assert calls["address"] == "ray://head:10001"
     assert _key(rows) == _key(run_sweep(TASKS, executor="serial"))
@@ -61,11 +69,29 @@ def test_ray_path_with_a_stand_in_ray_module(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_policy_options_reach_the_policy() -> None:
-    base = Task(SMALL, "2xH200:llama-3.1-8b", "agent_aware", 1.0)
+    base = SimJob(SMALL, SimConfig(CLUSTER, "agent_aware"))
+
+    def with_options(**options: Any) -> SimJob:
+        return replace(base, config=replace(base.config, policy_options=options))
+
     with pytest.raises(TypeError, match="no_such_option"):
-        run_sweep([replace(base, policy_options=(("no_such_option", 1),))], executor="serial")
+        run_sweep([with_options(no_such_option=1)], executor="serial")
     # A context cost this large spreads the sessions: a different run from the default one.
-    spread = replace(base, policy_options=(("context_cost", 10.0),))
+    spread = with_options(context_cost=10.0)
     assert _key(run_sweep([spread], executor="serial")) != _key(
         run_sweep([base], executor="serial")
+    )
+
+
+def test_a_run_written_or_not_is_summarised_the_same(tmp_path: Path) -> None:
+    job = SimJob(SMALL, SimConfig(CLUSTER, "round_robin"), deadline="1.2x")
+    quiet = run_job(job)
+    written = run_job(replace(job, out=str(tmp_path / "run")))
+    assert msgspec.structs.replace(quiet, wall_seconds=0.0) == msgspec.structs.replace(
+        written, wall_seconds=0.0
+    )
+    summary = Summary.from_json((tmp_path / "run" / "summary.json").read_bytes())
+    assert summary.deadline_rule == "1.2x lower bound"
+    assert "within 1.2x lower bound" in str(
+        render_rows([quiet], parse_deadline("1.2x"), "").caption
     )

@@ -19,7 +19,7 @@ KEY_ENV = "KVHARNESS_GATEWAY_API_KEY"
 
 
 def register(subparsers: Any) -> None:
-    from kvharness.routing.base import available_policies
+    from kvharness.routing.registry import available_policies
 
     parser = subparsers.add_parser(
         "gateway",
@@ -187,7 +187,7 @@ def register(subparsers: Any) -> None:
 
 
 def _options(pairs: list[str]) -> dict[str, Any]:
-    from kvharness.routing.base import parse_policy_options
+    from kvharness.routing.registry import parse_policy_options
 
     try:
         return parse_policy_options(pairs)

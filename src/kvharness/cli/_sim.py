@@ -168,7 +168,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from kvharness.report.io import parse_deadline
-    from kvharness.routing.base import available_policies
+    from kvharness.routing.registry import available_policies
     from kvharness.sim.cluster import parse_cluster
 
     names = available_policies()
@@ -200,49 +200,57 @@ def _check_workload(spec: str) -> None:
 
 
 def sweep(args: argparse.Namespace, clusters: list[str], policies: list[str], out: Path) -> int:
+    from kvharness.engine.scheduler import SchedulerConfig
     from kvharness.report.html import write_html
     from kvharness.report.io import load_run, parse_deadline
     from kvharness.report.metrics import Summary
+    from kvharness.sim.cluster import parse_cluster
+    from kvharness.sim.simulator import SimConfig
     from kvharness.sim.summary import PolicyRow, render_rows
-    from kvharness.sim.sweep import Task, run_sweep, task_dir
+    from kvharness.sim.sweep import SimJob, job_dir, run_sweep
 
     deadline = parse_deadline(args.deadline)
-    tasks = [
-        Task(
-            workload=args.workload,
-            cluster=c,
-            policy=p,
-            load=load,
-            eviction=args.eviction,
-            cpu_tier_blocks=args.cpu_tier_blocks,
-            block_size=args.block_size,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            max_num_seqs=args.max_num_seqs,
+    scheduler = SchedulerConfig(args.max_num_batched_tokens, args.max_num_seqs)
+    block_size = 16 if args.block_size is None else args.block_size
+    specs = {c: parse_cluster(c, block_size=block_size) for c in clusters}
+    grid = list(itertools.product(clusters, args.load, policies))
+    runs = [
+        SimJob(
+            args.workload,
+            SimConfig(
+                specs[c],
+                p,
+                scheduler=scheduler,
+                eviction=args.eviction,
+                cpu_tier_blocks=args.cpu_tier_blocks,
+                load=load,
+            ),
             deadline=args.deadline,
-            out=task_dir(out, c, load, p),
+            out=job_dir(out, c, load, p),
+            workload_block_size=args.block_size is None,
         )
-        for c, load, p in itertools.product(clusters, args.load, policies)
+        for c, load, p in grid
     ]
     console = Console() if sys.stdout.isatty() else Console(width=140)
     console.print(
-        f"simulating {len(tasks)} run(s): {len(policies)} policies x {len(args.load)} loads x "
+        f"simulating {len(runs)} run(s): {len(policies)} policies x {len(args.load)} loads x "
         f"{len(clusters)} clusters, workload {args.workload!r}",
         style="dim",
     )
     rows = run_sweep(
-        tasks,
+        runs,
         executor=args.executor,
         jobs=args.jobs,
         ray_address=args.ray_address,
-        on_row=lambda t, r: console.print(
-            f"  {t.cluster} load {t.load:g} {t.policy}: {r.turns} turns, "
+        on_row=lambda job, r: console.print(
+            f"  {r.cluster} load {r.load:g} {r.policy}: {r.turns} turns, "
             f"{r.sim_seconds:.0f} s simulated in {r.wall_seconds:.1f} s",
             style="dim",
         ),
     )
-    groups: dict[tuple[str, float], list[tuple[Task, PolicyRow]]] = {}
-    for t, r in zip(tasks, rows, strict=True):
-        groups.setdefault((t.cluster, t.load), []).append((t, r))
+    groups: dict[tuple[str, float], list[tuple[SimJob, PolicyRow]]] = {}
+    for (c, load, _), job, r in zip(grid, runs, rows, strict=True):
+        groups.setdefault((c, load), []).append((job, r))
     for (cluster, load), items in groups.items():
         console.print(
             render_rows(
@@ -251,14 +259,14 @@ def sweep(args: argparse.Namespace, clusters: list[str], policies: list[str], ou
                 f"{items[0][1].cluster} · load x{load:g} · {args.workload}",
             )
         )
-        runs = []
-        for t, _ in items:
-            assert t.out is not None
-            summary = Summary.from_json((Path(t.out) / "summary.json").read_bytes())
-            runs.append((summary, load_run(t.out).records))
+        reports = []
+        for job, _ in items:
+            assert job.out is not None
+            summary = Summary.from_json((Path(job.out) / "summary.json").read_bytes())
+            reports.append((summary, load_run(job.out).records))
         write_html(
-            Path(task_dir(out, cluster, load, "report.html")),
-            runs,
+            Path(job_dir(out, cluster, load, "report.html")),
+            reports,
             title=f"{cluster} load {load:g}",
         )
     (out / "sim.json").write_text(

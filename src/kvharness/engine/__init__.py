@@ -6,11 +6,12 @@ Modules:
   LRU free queue, KV events (vLLM v1's ``block_pool``).
 * :mod:`~kvharness.engine.scheduler` — token budget, chunked prefill, decodes first, FIFO waiting
   queue, preemption by recompute (vLLM v1's scheduler).
-* :mod:`~kvharness.engine.eviction` — LRU, session TTL pinning (Continuum), a CPU offload tier.
+* :mod:`~kvharness.engine.eviction` — LRU, session TTL pinning (Continuum), a CPU offload tier;
+  eviction policies by name (``EVICTIONS``, ``make_eviction``).
 * :mod:`~kvharness.engine.cost` — roofline step time; hardware and model presets.
 * :mod:`~kvharness.engine.calibrate` — least-squares fit of the cost model's efficiencies.
 * :mod:`~kvharness.engine.replica` — pool + scheduler + cost model, stepped by a driver, with
-  closed-form decode runs.
+  closed-form decode runs; its load counters for whoever routes to it.
 * :mod:`~kvharness.engine.events` — the KV event types (shared with the gateway).
 """
 

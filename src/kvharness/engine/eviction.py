@@ -24,16 +24,29 @@ from collections.abc import Sequence
 from kvharness.engine.block_pool import BlockPool
 from kvharness.engine.events import BlockRemoved, BlockStored, KVEvent
 from kvharness.engine.request import Request
+from kvharness.registry import Registry
 
-__all__ = ["LRU", "CpuTier", "EvictionPolicy", "SessionTTL", "ToolTTL", "make_eviction"]
+__all__ = [
+    "EVICTIONS",
+    "LRU",
+    "CpuTier",
+    "EvictionPolicy",
+    "SessionTTL",
+    "ToolTTL",
+    "make_eviction",
+]
 
 
 class EvictionPolicy:
-    """Base policy = LRU: free everything at finish. Subclasses override the hooks."""
+    """Base policy = LRU: free everything at finish. Subclasses override the hooks.
+
+    Every policy is made as ``cls(ttls)``: ``ttls`` is the run's per-tool time-to-live table,
+    shared by all replicas; policies that do not pin by tool ignore it.
+    """
 
     name = "lru"
 
-    def __init__(self) -> None:
+    def __init__(self, ttls: ToolTTL | None = None) -> None:
         self.pool: BlockPool | None = None
 
     def bind(self, pool: BlockPool) -> None:
@@ -181,15 +194,6 @@ class SessionTTL(EvictionPolicy):
     def release_one(self, now: float) -> bool:
         return self._pop_due(None)
 
-    def next_expiry(self) -> float | None:
-        while self._heap:
-            expiry, seq, session = self._heap[0]
-            pin = self._pins.get(session)
-            if pin is not None and pin[1] == seq:
-                return expiry
-            heapq.heappop(self._heap)
-        return None
-
 
 class CpuTier:
     """A host-memory LRU of evicted blocks (hashes only), ``capacity`` blocks, with events.
@@ -247,10 +251,11 @@ class CpuTier:
         return out
 
 
+EVICTIONS: Registry[EvictionPolicy] = Registry(
+    "eviction policy", {LRU.name: LRU, SessionTTL.name: SessionTTL}
+)
+
+
 def make_eviction(name: str, ttls: ToolTTL | None = None) -> EvictionPolicy:
-    """An eviction policy by name: ``lru`` or ``ttl``."""
-    if name == "lru":
-        return LRU()
-    if name == "ttl":
-        return SessionTTL(ttls)
-    raise ValueError(f"unknown eviction policy {name!r}; choose from lru, ttl")
+    """An eviction policy by name (:data:`EVICTIONS`: ``lru``, ``ttl``) sharing ``ttls``."""
+    return EVICTIONS.make(name, ttls)

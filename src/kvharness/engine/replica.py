@@ -1,6 +1,6 @@
 """One engine replica: block pool + scheduler + cost model, stepped by whoever holds the clock.
 
-The loop is ``plan = schedule(now); duration = cost(plan); postprocess(plan, now + duration)``,
+**The loop** is ``plan = schedule(now); duration = cost(plan); postprocess(plan, now + duration)``,
 split across two calls so a driver can interleave replicas and arrivals:
 
 * :meth:`Replica.submit` queues a request at ``now``;
@@ -17,6 +17,11 @@ finishes: no blocks, no sequence slot, no token budget), the replica plans ``k``
 duration comes from the cost model's closed form. A request submitted during a run cuts it at
 the end of the step in progress, exactly where a step-by-step engine would next look at its
 queue. ``jump=False`` steps one by one (the reference the closed form is tested against).
+
+**Counters.** ``running``, ``waiting``, ``used_blocks``, ``cached_blocks`` and
+``pending_prefill_tokens`` read the scheduler and the pool as they are now, and
+``prefill_tokens_per_s`` is the cost model's full-step prefill rate. A replica knows nothing of
+routers: whoever routes to it (the simulator) copies these into its own view.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from kvharness.engine.events import KVEvent
 from kvharness.engine.eviction import CpuTier, EvictionPolicy, make_eviction
 from kvharness.engine.request import Request
 from kvharness.engine.scheduler import Plan, Scheduler, SchedulerConfig
-from kvharness.routing.base import ReplicaState
 
 __all__ = ["Replica"]
 
@@ -76,10 +80,11 @@ class Replica:
         )
         self.jump = jump
         budget = self.scheduler.config.max_num_batched_tokens
-        rate = budget / self.cost.step_time(
+        self.prefill_tokens_per_s = budget / self.cost.step_time(
             StepBatch(budget, budget * (budget + 1) / 2, budget, 0, 0)
         )
-        self.state = ReplicaState(name, blocks, deployment.block_size, prefill_tokens_per_s=rate)
+        """Prompt tokens per second of one full prefill step, from the cost model: what a router
+        may assume this replica prefills at."""
         self.version = 0
         self.next_wake: float | None = None
         self.busy_seconds = 0.0
@@ -103,7 +108,6 @@ class Replica:
         sched = self.scheduler
         waiting_before = bool(sched.waiting)
         sched.add(req, est_cached_tokens)
-        self._update_state()
         plan = self._plan
         if plan is None:
             if self.next_wake is None:
@@ -140,7 +144,6 @@ class Replica:
             self._plan = None
         self.next_wake = None
         self._start_next(now)
-        self._update_state()
         return finished
 
     def drain_events(self) -> list[KVEvent]:
@@ -153,6 +156,33 @@ class Replica:
     @property
     def idle(self) -> bool:
         return self._plan is None and self.next_wake is None
+
+    # -- counters ------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        """Requests being served (prefill or decode)."""
+        return len(self.scheduler.running)
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued, not yet scheduled."""
+        return len(self.scheduler.waiting)
+
+    @property
+    def used_blocks(self) -> int:
+        """KV blocks held by requests (not counting free cached blocks)."""
+        return self.pool.num_used
+
+    @property
+    def cached_blocks(self) -> int:
+        """Blocks in the prefix cache, in use or free-but-cached."""
+        return self.pool.num_cached
+
+    @property
+    def pending_prefill_tokens(self) -> int:
+        """Prompt tokens admitted but not yet prefilled (after prefix-cache hits)."""
+        return self.scheduler.pending_prefill
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -194,11 +224,3 @@ class Replica:
                     self._set_wake(now + cost.decode_run_time(self._run_seqs, self._run_ctx, k))
                     return
         self._set_wake(now + cost.step_time(plan.batch) + plan.load_seconds)
-
-    def _update_state(self) -> None:
-        st, sched, pool = self.state, self.scheduler, self.pool
-        st.running = len(sched.running)
-        st.waiting = len(sched.waiting)
-        st.used_blocks = pool.num_used
-        st.cached_blocks = pool.num_cached
-        st.pending_prefill_tokens = sched.pending_prefill

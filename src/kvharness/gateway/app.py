@@ -42,8 +42,9 @@ from kvharness.gateway.pipeline import Pipeline, error_response
 from kvharness.gateway.replicas import Replicas
 from kvharness.gateway.router import Router
 from kvharness.gateway.tokenizer import EngineTokenizer, load_engine_tokenizer
-from kvharness.routing.base import ReplicaState, make_policy
+from kvharness.routing.base import ReplicaState
 from kvharness.routing.index import PrefixIndex
+from kvharness.routing.registry import make_policy
 from kvharness.wire.http import Client
 
 __all__ = ["Gateway"]
@@ -98,7 +99,7 @@ class Gateway:
         self.pipeline = Pipeline(config, self.router, self.replicas, self.metrics, tokenizer)
         self.metrics.watch(
             lambda: [
-                ReplicaView(u, s, e, self.router.is_healthy(i))
+                ReplicaView(u, s, e, self.router.healthy[i])
                 for i, (u, s, e) in enumerate(
                     zip(self.replicas.urls, states, self.replicas.subscribers, strict=True)
                 )
@@ -191,7 +192,7 @@ class Gateway:
         )
 
     async def _health(self, request: web.Request) -> web.Response:
-        healthy = sum(self.router.is_healthy(i) for i in range(len(self.replicas.urls)))
+        healthy = sum(self.router.healthy[i] for i in range(len(self.replicas.urls)))
         body = {"status": "ok" if healthy else "unavailable", "healthy_replicas": healthy}
         return web.Response(
             status=200 if healthy else 503, body=_json.encode(body), content_type="application/json"

@@ -17,7 +17,7 @@ class GatewayConfig:
     backends: tuple[str, ...]
     """Base URLs of the OpenAI-compatible replicas (``http://host:port``)."""
     policy: str = "agent_aware"
-    """Routing policy name (see ``kvharness.routing.available_policies``)."""
+    """Routing policy name (see ``kvharness.routing.registry.available_policies``)."""
     policy_options: Mapping[str, Any] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 8080

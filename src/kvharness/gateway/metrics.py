@@ -33,6 +33,7 @@ class ReplicaView:
     state: ReplicaState
     events: KVEventSubscriber | None
     healthy: bool
+    """The router's flag (:attr:`kvharness.gateway.router.Router.healthy`)."""
 
 
 class _StateCollector(Collector):

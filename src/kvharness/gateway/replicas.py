@@ -221,7 +221,7 @@ class Replicas:
             except WireError:
                 return []
 
-        healthy = [u for i, u in enumerate(self.urls) if self.router.is_healthy(i)]
+        healthy = [u for i, u in enumerate(self.urls) if self.router.healthy[i]]
         seen: dict[str, dict[str, Any]] = {}
         for listed in await asyncio.gather(*(one(u) for u in healthy)):
             for mdl in listed:
@@ -285,7 +285,7 @@ class Replicas:
         ):
             entry: dict[str, Any] = {
                 "url": url,
-                "healthy": self.router.is_healthy(i),
+                "healthy": self.router.healthy[i],
                 "inflight": self.router.inflight[i],
                 "pending_prefill_tokens": s.pending_prefill_tokens,
                 "prefill_tokens_per_s": round(s.prefill_tokens_per_s, 1),

@@ -3,7 +3,8 @@
 Pure: no sockets, no clock (``now`` is passed in, seconds on any monotonic clock). The HTTP server
 calls :meth:`Router.route` for each request, then :meth:`Router.dispatched`, :meth:`first_token`
 and :meth:`finished` as the request goes; health checks call :meth:`set_healthy`. The policy is the
-same object the simulator drives; it sees one :class:`ReplicaState` per replica, kept here.
+same object the simulator drives; it sees one :class:`ReplicaState` per replica, kept here, and
+chooses among the replicas :meth:`Router.admissible` lets through.
 """
 
 from __future__ import annotations
@@ -64,15 +65,18 @@ class Router:
     """Routes hashed requests with ``policy`` over ``states``, using and feeding ``index``.
 
     ``max_queue`` bounds the requests in flight per replica (a replica at it is not offered to the
-    policy; when all are, :meth:`route` answers :class:`Overloaded`). The router is the one owner
-    of the replicas' health: :meth:`report_health` takes each check's result (a replica is out
-    after ``unhealthy_after`` failures in a row, in again after one success), :meth:`suspect`
-    takes a replica out that a request could not reach. Each decision feeds the index
-    at once (:meth:`PrefixIndex.record_routed`): the replica will hold the prompt's blocks once it
-    has prefilled them, and requests that arrive before its KV events say so (sessions starting
-    together on a shared repository context) should see them there; events then confirm them, or
-    remove them when the engine evicts. For replicas without events, decisions are all the index
-    has, bounded by its LRU capacity. Mutates ``states``, ``index`` and the policy's own state.
+    policy; when all are, :meth:`route` answers :class:`Overloaded`); a replica down is not
+    offered either. The router is the one owner of the replicas' health, :attr:`healthy`:
+    :meth:`report_health` takes each check's result (a replica is out after ``unhealthy_after``
+    failures in a row, in again after one success), :meth:`suspect` takes a replica out that a
+    request could not reach.
+
+    Each decision feeds the index at once (:meth:`PrefixIndex.record_routed`): the replica will
+    hold the prompt's blocks once it has prefilled them, and requests that arrive before its KV
+    events say so (sessions starting together on a shared repository context) should see them
+    there; events then confirm them, or remove them when the engine evicts. For replicas without
+    events, decisions are all the index has, bounded by its LRU capacity. Mutates ``states``,
+    ``index`` and the policy's own state.
     """
 
     def __init__(
@@ -96,40 +100,32 @@ class Router:
         self.rate_alpha = rate_alpha
         self.unhealthy_after = unhealthy_after
         self.inflight = [0] * len(states)
+        self.healthy = [True] * len(states)
         self._fails = [0] * len(states)
         self._forgotten = [False] * len(states)
 
     def admissible(self, i: int) -> bool:
-        return self.states[i].healthy and self.inflight[i] < self.max_queue
+        """Replica ``i`` may take a request: healthy and below ``max_queue`` in flight."""
+        return self.healthy[i] and self.inflight[i] < self.max_queue
 
     def route(
         self, request: RouteRequest, now: float, exclude: frozenset[int] = frozenset()
     ) -> Routed | Overloaded | NoReplica:
         """Pick a replica for ``request`` among healthy, not-full replicas not in ``exclude``."""
         states = self.states
-        ok = [self.admissible(i) and i not in exclude for i in range(len(states))]
-        if not any(ok):
-            if any(s.healthy and i not in exclude for i, s in enumerate(states)):
+        n = len(states)
+        eligible = [i for i in range(n) if i not in exclude and self.admissible(i)]
+        if not eligible:
+            if any(self.healthy[i] and i not in exclude for i in range(n)):
                 return Overloaded(self.retry_after_s)
             return NoReplica(len(exclude))
         matched = self.index.match(request.block_hashes)
         for i, s in enumerate(states):
             s.cached_blocks = self.index.cached_blocks(i)
-        health = [s.healthy for s in states]
-        try:
-            for s, good in zip(states, ok, strict=True):
-                s.healthy = good
-            decision = self.policy.choose(request, states, matched, now)
-        finally:
-            for s, good in zip(states, health, strict=True):
-                s.healthy = good
-        replica, reason = decision
-        if not (0 <= replica < len(states)) or not ok[replica]:
+        replica, reason = self.policy.choose(request, states, eligible, matched, now)
+        if replica not in eligible:
             # The policy broke its contract; route by prefix then load rather than fail.
-            replica = max(
-                (i for i in range(len(states)) if ok[i]),
-                key=lambda i: (matched[i], -self.inflight[i], -i),
-            )
+            replica = max(eligible, key=lambda i: (matched[i], -self.inflight[i], -i))
             reason = "fallback"
         return Routed(replica, reason, matched[replica])
 
@@ -193,9 +189,6 @@ class Router:
         s.running = self.inflight[i] - s.waiting
         s.used_blocks = round(kv_usage * s.capacity_blocks)
 
-    def is_healthy(self, i: int) -> bool:
-        return self.states[i].healthy
-
     def report_health(self, i: int, ok: bool) -> HealthNews:
         """One health check's result for replica ``i``. A pass puts it back in; the
         ``unhealthy_after``-th failure in a row takes it out and confirms it down (its index
@@ -223,10 +216,9 @@ class Router:
     def set_healthy(self, i: int, healthy: bool) -> bool:
         """Mark replica ``i`` up or down (offered to the policy or not); returns whether that
         changed anything. Its index entries stay: see :meth:`forget`."""
-        s = self.states[i]
-        if s.healthy == healthy:
+        if self.healthy[i] == healthy:
             return False
-        s.healthy = healthy
+        self.healthy[i] = healthy
         return True
 
     def forget(self, i: int) -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "load_run",
     "parse_deadline",
     "read_run_records",
+    "summarise_with_deadline",
     "write_run_report",
 ]
 
@@ -67,8 +68,8 @@ class DeadlineSpec(NamedTuple):
         return f"{self.factor:g}x" if self.factor is not None else f"{self.seconds:g}"
 
     def label(self) -> str:
-        """For captions: ``"1.5x bound"`` or ``"600s"``."""
-        return f"{self.factor:g}x bound" if self.factor is not None else f"{self.seconds:g}s"
+        """In words, as summaries and captions give it: ``"1.5x lower bound"`` or ``"600 s"``."""
+        return f"{self.factor:g}x lower bound" if self.factor is not None else f"{self.seconds:g} s"
 
     def of(self, lower_bound: float) -> float:
         """The deadline in seconds for a session whose lower bound is ``lower_bound``."""
@@ -138,8 +139,7 @@ class RunData:
     def summarise(self, deadline: DeadlineSpec | None = None) -> Summary:
         """Summary recomputed from the records, with ``deadline`` or else the run's own."""
         spec = deadline if deadline is not None else self.deadline
-        per_session: dict[str, float] | None = None
-        rule = None
+        bounds = None
         if spec is not None and spec.factor is not None:
             bounds = self.config.get("lower_bounds")
             if not isinstance(bounds, dict) or not all(
@@ -149,12 +149,37 @@ class RunData:
                     f"{self.path}: deadline {spec} needs each session's lower bound "
                     f'("lower_bounds" in {CONFIG}); give the deadline in seconds instead'
                 )
-            per_session = {k: spec.factor * float(v) for k, v in bounds.items()}
-            rule = f"{spec.factor:g}x lower bound"
-        return summarise(
-            self.records, deadline=None if spec is None else spec.seconds, label=self.label,
-            expected_turns=self.expected_turns, session_deadlines=per_session, deadline_rule=rule,
-        )  # fmt: skip
+        return summarise_with_deadline(
+            self.records, spec, bounds, label=self.label, expected_turns=self.expected_turns
+        )
+
+
+def summarise_with_deadline(
+    records: Sequence[TurnRecord],
+    deadline: DeadlineSpec | None,
+    lower_bounds: Mapping[str, float] | None = None,
+    *,
+    label: str,
+    expected_turns: Mapping[str, int] | None = None,
+) -> Summary:
+    """The summary of ``records`` with goodput counted within ``deadline``: seconds of makespan,
+    or a factor of each session's lower bound in ``lower_bounds`` (seconds; ValueError when a
+    factor comes without them). The one place a deadline becomes per-session deadlines and the
+    summary's ``deadline_rule``."""
+    per_session = rule = None
+    if deadline is not None and deadline.factor is not None:
+        if lower_bounds is None:
+            raise ValueError(f"deadline {deadline} needs each session's lower bound")
+        per_session = {k: deadline.of(float(v)) for k, v in lower_bounds.items()}
+        rule = deadline.label()
+    return summarise(
+        records,
+        deadline=None if deadline is None else deadline.seconds,
+        label=label,
+        expected_turns=expected_turns,
+        session_deadlines=per_session,
+        deadline_rule=rule,
+    )
 
 
 def check_record(r: TurnRecord) -> str | None:

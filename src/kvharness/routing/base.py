@@ -5,29 +5,19 @@ simulator or HTTP types, reads no clock (``now`` is passed in) and does no I/O, 
 wins in the simulator is the very one that routes live traffic.
 
 The cluster view is a sequence of :class:`ReplicaState` (kept current by whoever owns the replicas:
-the simulator's engine models, or the gateway's bookkeeping) and, per replica, the number of leading
-blocks of the request already cached there (from the prefix index, fed by KV events or by the
-router's own decisions).
+the simulator from its engine models' counters, the gateway's router from its own bookkeeping),
+per replica the number of leading blocks of the request already cached there (from the prefix
+index, fed by KV events or by the router's own decisions), and the replicas the request may go to.
 """
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import ClassVar, NamedTuple
 
-__all__ = [
-    "Decision",
-    "Policy",
-    "ReplicaState",
-    "RouteRequest",
-    "available_policies",
-    "make_policy",
-    "parse_policy_options",
-    "register_policy",
-]
+__all__ = ["Decision", "Policy", "ReplicaState", "RouteRequest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +50,6 @@ class ReplicaState:
     """KV blocks held by running requests (not counting free cached blocks)."""
     pending_prefill_tokens: int = 0
     """Prompt tokens admitted but not yet prefilled (after prefix-cache hits)."""
-    healthy: bool = True
     cached_blocks: int = 0
     """Blocks in the replica's prefix cache, in use or free-but-cached (0 when unknown)."""
     prefill_tokens_per_s: float = 0.0
@@ -86,12 +75,18 @@ class Decision(NamedTuple):
 
 
 class Policy(ABC):
-    """A routing policy. Subclasses set ``name`` and register with :func:`register_policy`.
+    """A routing policy. Subclasses set ``name``; :mod:`kvharness.routing.registry` names them.
 
-    ``choose`` must return a healthy replica whenever one exists. The ``on_*`` hooks let a policy keep
-    state (session tables, approximate trees); they default to doing nothing. Callers guarantee
-    ``on_routed`` for every ``choose`` whose decision was used, and ``on_finished`` once per
-    routed request.
+    **Choosing.** ``choose`` picks one of ``eligible``: the indices of the replicas the request
+    may go to, ascending, never empty. Which replicas are eligible is the caller's rule (the
+    gateway's router: healthy, below its queue limit, not yet tried for this request; the
+    simulator: all). ``replicas`` and ``matched_blocks`` still cover every replica, eligible or
+    not, and indices refer to them, so a policy may read the whole cluster (its load spread, say)
+    but must return an eligible index.
+
+    **State.** The ``on_*`` hooks let a policy keep state (session tables, approximate trees);
+    they default to doing nothing. Callers guarantee ``on_routed`` for every ``choose`` whose
+    decision was used, and ``on_finished`` once per routed request.
     """
 
     name: ClassVar[str]
@@ -101,62 +96,15 @@ class Policy(ABC):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
-        """Pick a replica. ``matched_blocks[i]``: leading blocks of the request cached on replica i."""
+        """Pick one of ``eligible``. ``matched_blocks[i]``: leading blocks of the request cached
+        on replica i."""
 
     def on_routed(self, request: RouteRequest, replica: int, now: float) -> None:  # noqa: B027
         """The request was sent to ``replica``."""
 
     def on_finished(self, request: RouteRequest, replica: int, now: float) -> None:  # noqa: B027
         """The request finished on ``replica`` (successfully or not)."""
-
-
-P = TypeVar("P", bound=type[Policy])
-_REGISTRY: dict[str, type[Policy]] = {}
-
-
-def register_policy(cls: P) -> P:
-    """Class decorator: make a policy available by its ``name`` everywhere (sim, gateway, CLI)."""
-    if cls.name in _REGISTRY:
-        raise ValueError(f"policy {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def _load_builtin() -> None:
-    # Importing the package registers the built-in policies.
-    import kvharness.routing.policies  # noqa: F401
-
-
-def available_policies() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY)
-
-
-def make_policy(name: str, **options: Any) -> Policy:
-    """A new policy object by name; ``options`` go to its constructor."""
-    _load_builtin()
-    try:
-        cls: Callable[..., Policy] = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown policy {name!r}; choose from {', '.join(sorted(_REGISTRY))}"
-        ) from None
-    return cls(**options)
-
-
-def parse_policy_options(pairs: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings as constructor options: a value is read as JSON (numbers, booleans,
-    lists) and kept as a string when it is not JSON. Raises ValueError naming a malformed pair."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"a policy option is KEY=VALUE, got {pair!r}")
-        try:
-            out[key] = json.loads(value)
-        except ValueError:
-            out[key] = value
-    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvharness.engine.cost import HARDWARE, MODELS, Deployment, Efficiency
+from kvharness.engine.cost import HARDWARE, MODELS, Deployment
 from kvharness.errors import UserError
 
 __all__ = ["ClusterSpec", "parse_cluster"]
@@ -17,23 +17,13 @@ class ClusterSpec:
     replicas: int
     deployment: Deployment
 
-    @property
-    def gpus(self) -> int:
-        return self.replicas * self.deployment.tp
-
     def label(self) -> str:
         d = self.deployment
         tp = f":tp{d.tp}" if d.tp > 1 else ""
         return f"{self.replicas}x{d.hardware.name}:{d.model.name}{tp}:{d.weight_dtype}"
 
-    def with_replicas(self, n: int) -> ClusterSpec:
-        return replace(self, replicas=n)
-
     def with_block_size(self, block_size: int) -> ClusterSpec:
         return replace(self, deployment=replace(self.deployment, block_size=block_size))
-
-    def with_efficiency(self, eff: Efficiency) -> ClusterSpec:
-        return replace(self, deployment=self.deployment.with_efficiency(eff))
 
 
 def parse_cluster(spec: str, *, block_size: int = 16) -> ClusterSpec:

@@ -9,9 +9,11 @@ import time
 from rich.console import Console
 
 from kvharness.report.io import parse_deadline
-from kvharness.routing.base import available_policies
+from kvharness.routing.registry import available_policies
+from kvharness.sim.cluster import parse_cluster
+from kvharness.sim.simulator import SimConfig
 from kvharness.sim.summary import PolicyRow, render_rows
-from kvharness.sim.sweep import Task, run_sweep
+from kvharness.sim.sweep import SimJob, run_sweep
 
 __all__ = ["DEFAULT_CLUSTER", "DEFAULT_WORKLOAD", "run_default"]
 
@@ -36,14 +38,17 @@ def run_default(
     con = console or (Console() if sys.stdout.isatty() else Console(width=140))
     names = policies or available_policies()
     deadline = parse_deadline(DEFAULT_DEADLINE)
-    tasks = [Task(workload, cluster, p, load, deadline=DEFAULT_DEADLINE) for p in names]
+    spec = parse_cluster(cluster)
+    runs = [
+        SimJob(workload, SimConfig(spec, p, load=load), deadline=DEFAULT_DEADLINE) for p in names
+    ]
     con.print(
         f"simulating {workload!r} on {cluster} under {len(names)} routing policies "
         "(virtual time; kvharness sim --help for more)",
         style="dim",
     )
     t0 = time.perf_counter()
-    rows = run_sweep(tasks, executor=executor, jobs=jobs)
+    rows = run_sweep(runs, executor=executor, jobs=jobs)
     wall = time.perf_counter() - t0
     title = f"{rows[0].cluster} · {workload} · load x{load:g}" if rows else workload
     con.print(render_rows(rows, deadline, title))

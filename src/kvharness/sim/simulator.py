@@ -1,7 +1,7 @@
 """The cluster simulator: sessions, replicas (engine models) and a router in virtual time.
 
-An event heap of ``(time, priority, seq, kind, a, b)`` entries (ties break by priority, then by
-insertion order, so runs are reproducible). Two kinds of event:
+**Events.** A heap of ``(time, priority, seq, kind, a, b)`` entries (ties break by priority, then
+by insertion order, so runs are reproducible). Two kinds of event:
 
 * ``SEND`` (priority 0): a session's turn is sent: the router picks a replica (policy + prefix
   index), the replica queues it. Sessions run closed loop: turn ``i + 1`` is sent ``gap`` seconds
@@ -12,12 +12,18 @@ insertion order, so runs are reproducible). Two kinds of event:
 
 A send at the same instant as a step end is seen by that step's successor, as a live engine would.
 
-Matched prefixes come from a mirror of the replicas' caches fed with their KV events after each
-step: by default :class:`kvharness.sim.prefix.MaskIndex` (O(blocks) per match whatever the number
-of replicas), or the routing package's :class:`~kvharness.routing.index.PrefixIndex`
+**What the policy sees.** One :class:`~kvharness.routing.base.ReplicaState` per replica, owned
+here and copied from the replica's counters after each submit and wake; every replica is
+eligible (see :attr:`Simulator.eligible`).
+
+**Matched prefixes** come from a mirror of the replicas' caches fed with their KV events after
+each step: by default :class:`kvharness.sim.prefix.MaskIndex` (O(blocks) per match whatever the
+number of replicas), or the routing package's :class:`~kvharness.routing.index.PrefixIndex`
 (``prefix_source="index"``); ``"direct"`` asks each replica's block pool (O(replicas) per turn).
-All three give the same answers. Per simulated turn the work is O(its blocks + replicas for the policy's own
-scan); per engine step it is O(requests in the batch), never O(replicas).
+All three give the same answers.
+
+**Costs.** Per simulated turn the work is O(its blocks + replicas for the policy's own scan); per
+engine step it is O(requests in the batch), never O(replicas).
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ from kvharness.engine.replica import Replica
 from kvharness.engine.request import Request
 from kvharness.engine.scheduler import SchedulerConfig
 from kvharness.report.records import TurnRecord
-from kvharness.routing.base import Policy, RouteRequest, make_policy
+from kvharness.routing.base import Policy, ReplicaState, RouteRequest
 from kvharness.routing.index import PrefixIndex
+from kvharness.routing.registry import make_policy
 from kvharness.sim.bounds import solo_turn_time
 from kvharness.sim.cluster import ClusterSpec
 from kvharness.sim.ideal import SessionIdealCache
@@ -153,8 +160,24 @@ class Simulator:
             )
             for i in range(config.cluster.replicas)
         ]
-        self.states = [r.state for r in self.replicas]
+        self.states = [
+            ReplicaState(
+                r.name,
+                r.pool.num_blocks,
+                r.pool.block_size,
+                prefill_tokens_per_s=r.prefill_tokens_per_s,
+            )
+            for r in self.replicas
+        ]
+        """What the policy sees of each replica, brought up to date from the replica's counters
+        after each submit and wake (:meth:`_sync`)."""
         n = len(self.replicas)
+        self.eligible = range(n)
+        """What the policy may choose from: every replica, always. The live router offers only
+        healthy replicas below its queue limit
+        (:meth:`~kvharness.gateway.router.Router.admissible`); here replicas never fail and an
+        engine's waiting queue is unbounded, as vLLM's is, so that rule would let every replica
+        through."""
         self.index: PrefixIndex | MaskIndex | None = None
         if config.prefix_source == "index":
             self.index = PrefixIndex(n)
@@ -182,6 +205,15 @@ class Simulator:
             got = chain.rechunk(self.block_size)
             self._hashes[key] = got
         return got
+
+    def _sync(self, i: int) -> None:
+        """Copy replica ``i``'s counters into its :class:`ReplicaState`."""
+        rep, st = self.replicas[i], self.states[i]
+        st.running = rep.running
+        st.waiting = rep.waiting
+        st.used_blocks = rep.used_blocks
+        st.cached_blocks = rep.cached_blocks
+        st.pending_prefill_tokens = rep.pending_prefill_tokens
 
     def match(self, hashes: tuple[int, ...]) -> list[int]:
         """Leading blocks of ``hashes`` cached on each replica (the one place that asks)."""
@@ -226,6 +258,7 @@ class Simulator:
                 if rep.version != b:
                     continue
                 finished = rep.wake(now)
+                self._sync(a)
                 if self.index is not None:
                     evs = rep.drain_events()
                     if evs:
@@ -280,7 +313,7 @@ class Simulator:
             self._next_turn(si, ti, now)
             return
         matched = self.match(hashes)
-        decision = self.policy.choose(rreq, self.states, matched, now)
+        decision = self.policy.choose(rreq, self.states, self.eligible, matched, now)
         ri = decision.replica
         self.policy.on_routed(rreq, ri, now)
         req = Request(
@@ -295,6 +328,7 @@ class Simulator:
             tag=(si, ti, ideal, rreq),
         )
         wake = self.replicas[ri].submit(req, now, matched[ri] * bs)
+        self._sync(ri)
         if wake is not None:
             self._push(wake, 1, _WAKE, ri, self.replicas[ri].version)
 

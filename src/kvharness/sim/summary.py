@@ -60,7 +60,6 @@ def policy_row(
     summary: Summary,
     records: Sequence[TurnRecord],
     lower_bounds: Mapping[str, float],
-    deadline: DeadlineSpec,
     *,
     preemptions: int,
     sim_seconds: float,

@@ -30,24 +30,27 @@ def test_without_session_it_picks_least_time(cluster: Cluster, req: Req) -> None
     reps = cluster(3)
     reps[0].pending_prefill_tokens = 3000  # cached fully but queued: 0.3 s
     q = req(list(range(100)))  # 1600 tokens: 0.16 s cold on an idle replica
-    assert p.choose(q, reps, [100, 0, 60], 0.0) == (2, "least_time")  # 640 new: 0.064 s
+    assert p.choose(q, reps, range(len(reps)), [100, 0, 60], 0.0) == (
+        2,
+        "least_time",
+    )  # 640 new: 0.064 s
 
 
 def test_session_stays_home_until_queueing_exceeds_reprefill(cluster: Cluster, req: Req) -> None:
     p = AgentAware()
     reps = cluster(2)
     t0 = req(list(range(60)), session="s", rid="t0")  # 960 tokens
-    assert p.choose(t0, reps, [0, 0], 0.0) == (0, "place")  # a tie: the first
+    assert p.choose(t0, reps, range(len(reps)), [0, 0], 0.0) == (0, "place")  # a tie: the first
     p.on_routed(t0, 0, 0.0)
     p.on_finished(t0, 0, 1.0)
     t1 = req(list(range(62)), session="s", rid="t1")  # 992 tokens, 60 blocks cached at home
     # Nothing else resident: cost = ttft. Home has 5,000 tokens queued: 0.5032 s; elsewhere the
     # whole prompt, 0.0992 s. 0.5032 < 0.0992 + 0.5 -> stay.
     reps[0].pending_prefill_tokens = 5000
-    assert p.choose(t1, reps, [60, 0], 2.0) == (0, "affinity")
+    assert p.choose(t1, reps, range(len(reps)), [60, 0], 2.0) == (0, "affinity")
     # 20,000 queued: 2.0032 s > 0.5992 and > 1.5 x 0.0992 -> move, and the session is re-homed.
     reps[0].pending_prefill_tokens = 20_000
-    assert p.choose(t1, reps, [60, 0], 2.0) == (1, "spill")
+    assert p.choose(t1, reps, range(len(reps)), [60, 0], 2.0) == (1, "spill")
     p.on_routed(t1, 1, 2.0)
     assert p.home_of("s") == 1
     assert (p.homed_sessions(0), p.homed_sessions(1)) == (0, 1)
@@ -62,12 +65,12 @@ def test_session_moves_off_a_replica_whose_resident_context_slows_its_decode(
     p.on_routed(t0, 0, 0.0)
     p.on_finished(t0, 0, 1.0)
     t1 = req(list(range(102)), session="s", rid="t1")
-    assert p.choose(t1, reps, [100, 0], 2.0) == (0, "affinity")
+    assert p.choose(t1, reps, range(len(reps)), [100, 0], 2.0) == (0, "affinity")
     # 50,000 blocks of other requests' KV running on r0: each of the session's >= 20,000 decode
     # steps reads them: 1.5e-4 x 20,000 x 800,000 tokens / 10,000 = 240 s, far above the 0.16 s
     # re-prefill on r1.
     reps[0].used_blocks = 50_000
-    assert p.choose(t1, reps, [100, 0], 2.0) == (1, "rebalance")
+    assert p.choose(t1, reps, range(len(reps)), [100, 0], 2.0) == (1, "rebalance")
 
 
 def test_new_sessions_follow_shared_prefix_until_contention_outweighs_it(
@@ -77,13 +80,13 @@ def test_new_sessions_follow_shared_prefix_until_contention_outweighs_it(
     reps = cluster(2, capacity_blocks=100_000)
     repo = list(range(1000, 1064))  # a 64-block shared repository prefix, cached on r1
     a = req([*repo, 1], session="a", rid="a")  # 1,040 tokens: 0.104 s cold, 0.0016 s on r1
-    assert p.choose(a, reps, [0, 64], 0.0) == (1, "place")
+    assert p.choose(a, reps, range(len(reps)), [0, 64], 0.0) == (1, "place")
     p.on_routed(a, 1, 0.0)
     # r1 now runs 8,000 blocks of KV; a new session expects 64 decode steps (the mean so far):
     # 1.5e-4 x 64 x 128,000 / 10,000 = 0.123 s > the 0.102 s the cached prefix saves.
     reps[1].used_blocks = 8000
     b = req([*repo, 2], session="b", rid="b")
-    assert p.choose(b, reps, [0, 64], 1.0) == (0, "place")
+    assert p.choose(b, reps, range(len(reps)), [0, 64], 1.0) == (0, "place")
 
 
 def test_placement_avoids_replicas_whose_resident_context_fills_the_cache(
@@ -94,7 +97,7 @@ def test_placement_avoids_replicas_whose_resident_context_fills_the_cache(
     reps[0].used_blocks = 88
     reps[1].pending_prefill_tokens = 1000  # r0 is otherwise faster
     q = req([7, 8], session="new", rid="n")  # 2 + 4 blocks with its output: 94 > 0.9 x 100
-    assert p.choose(q, reps, [0, 0], 1.0) == (1, "place")
+    assert p.choose(q, reps, range(len(reps)), [0, 0], 1.0) == (1, "place")
 
 
 def test_idle_sessions_count_at_their_home_weighted_by_return_chance(
@@ -109,11 +112,13 @@ def test_idle_sessions_count_at_their_home_weighted_by_return_chance(
     p.on_finished(a, 0, 1.0)
     assert p.resident_blocks(0, reps[0]) == 0.5 * 24  # between turns: weighted
     assert p.resident_blocks(0, reps[0], exclude=24) == 0
-    p.choose(req([9]), reps, [0, 0], 11.0)  # quiet for 10 s: expired, counted as not returning
+    p.choose(
+        req([9]), reps, range(len(reps)), [0, 0], 11.0
+    )  # quiet for 10 s: expired, counted as not returning
     assert p.resident_blocks(0, reps[0]) == 0
     assert p.return_probability() == 1 / 3
     b = req(list(range(22)), session="a", rid="b")  # it does come back: its context is cached
-    assert p.choose(b, reps, [20, 0], 12.0) == (0, "affinity")
+    assert p.choose(b, reps, range(len(reps)), [20, 0], 12.0) == (0, "affinity")
     p.on_routed(b, 0, 12.0)
     assert p.return_probability() == 2 / 4
 
@@ -124,9 +129,9 @@ def test_homes_expire_after_the_idle_time(cluster: Cluster, req: Req) -> None:
     q = req([1, 2], session="s")
     p.on_routed(q, 1, 0.0)
     p.on_finished(q, 1, 1.0)
-    p.choose(req([9]), reps, [0, 0], 10.5)
+    p.choose(req([9]), reps, range(len(reps)), [0, 0], 10.5)
     assert p.home_of("s") == 1  # quiet for 9.5 s only
-    p.choose(req([9]), reps, [0, 0], 11.0)
+    p.choose(req([9]), reps, range(len(reps)), [0, 0], 11.0)
     assert p.home_of("s") is None
     assert p.homed_sessions(1) == 0
 
@@ -139,17 +144,16 @@ def test_in_flight_sessions_never_expire(cluster: Cluster, req: Req) -> None:
     p.on_routed(a, 0, 0.0)
     p.on_finished(a, 0, 1.0)
     p.on_routed(b, 0, 5.0)  # a long turn, still running at t = 100
-    p.choose(req([9]), reps, [0, 0], 100.0)
+    p.choose(req([9]), reps, range(len(reps)), [0, 0], 100.0)
     assert p.home_of("s") == 0
 
 
-def test_unhealthy_home_re_places(cluster: Cluster, req: Req) -> None:
+def test_home_not_eligible_re_places(cluster: Cluster, req: Req) -> None:
     p = AgentAware()
     reps = cluster(2)
     q = req([1, 2], session="s")
     p.on_routed(q, 0, 0.0)
-    reps[0].healthy = False
-    assert p.choose(q, reps, [2, 0], 1.0) == (1, "place")
+    assert p.choose(q, reps, [1], [2, 0], 1.0) == (1, "place")
 
 
 def test_burden_on_requests_already_there_steers_big_prefills_away(
@@ -164,7 +168,7 @@ def test_burden_on_requests_already_there_steers_big_prefills_away(
     assert AgentAware(compute_weight=1.0).burden(big, reps[0], 0) == pytest.approx(4 * 0.8)
     assert p.burden(big, reps[0], 500) == 0.0  # all cached: nothing to prefill
     # Same wait either way; r1 has nobody to hold up.
-    assert p.choose(big, reps, [0, 0], 0.0) == (1, "least_time")
+    assert p.choose(big, reps, range(len(reps)), [0, 0], 0.0) == (1, "least_time")
 
 
 def test_compute_weight_waits_for_a_shared_prefix_being_prefilled(
@@ -179,14 +183,17 @@ def test_compute_weight_waits_for_a_shared_prefix_being_prefilled(
     b = req([*repo, 2], session="b", rid="b")  # 3,216 tokens, 200 blocks matched on r0
     # r0: (3,216 queued + 16 new) / 10,000 + burden 1 x 16 / 10,000 = 0.3248 s;
     # r1: 3,216 / 10,000 = 0.3216 s.
-    assert AgentAware(compute_weight=0.0).choose(b, reps, [200, 0], 0.0) == (1, "place")
+    assert AgentAware(compute_weight=0.0).choose(b, reps, range(len(reps)), [200, 0], 0.0) == (
+        1,
+        "place",
+    )
     # + 1 x own prefill: r0 0.3248 + 0.0016 = 0.3264 s; r1 0.3216 + 0.3216 = 0.6432 s.
     p = AgentAware(compute_weight=1.0)
     assert p.burden(b, reps[1], 0) == pytest.approx(0.3216)
-    assert p.choose(b, reps, [200, 0], 0.0) == (0, "place")
+    assert p.choose(b, reps, range(len(reps)), [200, 0], 0.0) == (0, "place")
     # A queue on r0 longer than the re-prefill still sends b to r1.
     reps[0].pending_prefill_tokens = 10_000
-    assert p.choose(b, reps, [200, 0], 0.0) == (1, "place")
+    assert p.choose(b, reps, range(len(reps)), [200, 0], 0.0) == (1, "place")
 
 
 def test_expected_decode_steps_learns_from_sessions(cluster: Cluster, req: Req) -> None:
@@ -218,7 +225,7 @@ def test_unmeasured_replica_is_taken_to_be_like_the_measured_ones(
     # Alike: home 0.5 s (cached) vs 1600 / 2000 = 0.8 s cold elsewhere; at the default rate
     # replica 1 would have looked like 0.16 s.
     assert p.ttft(q, reps[1], 0) == pytest.approx(0.16)
-    assert p.choose(q, reps, [100, 0], 0.0) == (0, "least_time")
+    assert p.choose(q, reps, range(len(reps)), [100, 0], 0.0) == (0, "least_time")
     assert p.ttft(q, reps[1], 0) == pytest.approx(0.8)
 
 
@@ -232,7 +239,10 @@ def test_pooled_rate_takes_every_replica_at_the_mean_measured_rate(
     q = req(list(range(100)))  # 1600 tokens
     reps[1].pending_prefill_tokens = 4000
     # Own rates: r0 1600 / 2000 = 0.8 s, r1 5600 / 8000 = 0.7 s; pooled (5000/s): 0.32 vs 1.12 s.
-    assert AgentAware(pooled_rate=False).choose(q, reps, [0, 0], 0.0) == (1, "least_time")
+    assert AgentAware(pooled_rate=False).choose(q, reps, range(len(reps)), [0, 0], 0.0) == (
+        1,
+        "least_time",
+    )
     p = AgentAware(pooled_rate=True)
-    assert p.choose(q, reps, [0, 0], 0.0) == (0, "least_time")
+    assert p.choose(q, reps, range(len(reps)), [0, 0], 0.0) == (0, "least_time")
     assert p.ttft(q, reps[1], 0) == pytest.approx(5600 / 5000)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvharness.routing.base import ReplicaState, RouteRequest, make_policy
+from kvharness.routing.base import ReplicaState, RouteRequest
 from kvharness.routing.policies.sglang_cache_aware import ApproxTree
+from kvharness.routing.registry import make_policy
 
 Cluster = Callable[..., list[ReplicaState]]
 Req = Callable[..., RouteRequest]
@@ -19,16 +20,16 @@ def test_prefix_above_threshold_goes_to_its_holder_else_to_the_smallest_tree(
     zero = [0, 0, 0]
     # Empty trees: every worker has size 0 -> the first of them.
     a = req([1, 2, 3, 4], rid="a")
-    assert p.choose(a, reps, zero, 0.0) == (0, "smallest_tree")
+    assert p.choose(a, reps, range(len(reps)), zero, 0.0) == (0, "smallest_tree")
     p.on_routed(a, 0, 0.0)
     # 3 of 4 blocks match on worker 0: 0.75 > 0.5.
-    assert p.choose(req([1, 2, 3, 9]), reps, zero, 1.0) == (0, "prefix")
+    assert p.choose(req([1, 2, 3, 9]), reps, range(len(reps)), zero, 1.0) == (0, "prefix")
     # 1 of 4 blocks: 0.25 <= 0.5 -> smallest tree, worker 1 (size 0; worker 0 holds 4 blocks).
     b = req([1, 5, 6, 7], rid="b")
-    assert p.choose(b, reps, zero, 2.0) == (1, "smallest_tree")
+    assert p.choose(b, reps, range(len(reps)), zero, 2.0) == (1, "smallest_tree")
     p.on_routed(b, 1, 2.0)
     # Exactly half is not above the threshold.
-    assert p.choose(req([1, 2, 8, 9]), reps, zero, 3.0) == (2, "smallest_tree")
+    assert p.choose(req([1, 2, 8, 9]), reps, range(len(reps)), zero, 3.0) == (2, "smallest_tree")
 
 
 def test_imbalance_needs_both_thresholds(cluster: Cluster, req: Req) -> None:
@@ -39,22 +40,22 @@ def test_imbalance_needs_both_thresholds(cluster: Cluster, req: Req) -> None:
     for k in range(30):
         p.on_routed(req([50 + k], rid=f"x{k}"), 0, 0.0)  # worker 0: 31 in flight
     # max - min = 31, not > 32: cache-aware still, and the prefix is on worker 0.
-    assert p.choose(req([1, 2]), reps, [0, 0, 0], 1.0) == (0, "prefix")
+    assert p.choose(req([1, 2]), reps, range(len(reps)), [0, 0, 0], 1.0) == (0, "prefix")
     p.on_routed(req([60], rid="y"), 0, 1.0)
     p.on_routed(req([61], rid="z"), 0, 1.0)  # 33 in flight vs 0
-    assert p.choose(req([1, 2]), reps, [0, 0, 0], 1.0) == (1, "balance")
+    assert p.choose(req([1, 2]), reps, range(len(reps)), [0, 0, 0], 1.0) == (1, "balance")
     # Finishing requests brings it back under the threshold.
     p.on_finished(req([61], rid="z"), 0, 2.0)
     p.on_finished(req([60], rid="y"), 0, 2.0)
-    assert p.choose(req([1, 2]), reps, [0, 0, 0], 2.0) == (0, "prefix")
+    assert p.choose(req([1, 2]), reps, range(len(reps)), [0, 0, 0], 2.0) == (0, "prefix")
 
 
-def test_unhealthy_choice_falls_back_to_first_healthy(cluster: Cluster, req: Req) -> None:
+def test_choice_not_eligible_falls_back_to_first_eligible(cluster: Cluster, req: Req) -> None:
     p = make_policy("sglang_cache_aware")
     reps = cluster(3)
     p.on_routed(req([1, 2]), 1, 0.0)
-    reps[1].healthy = False
-    assert p.choose(req([1, 2]), reps, [0, 0, 0], 1.0) == (0, "fallback")
+    assert p.choose(req([1, 2]), reps, [0, 2], [0, 0, 0], 1.0) == (0, "fallback")
+    assert p.choose(req([1, 2]), reps, [2], [0, 0, 0], 1.0) == (2, "fallback")
 
 
 def test_tree_eviction_removes_least_recent_leaves_per_tenant() -> None:
@@ -75,12 +76,12 @@ def test_eviction_runs_on_the_interval_with_size_in_blocks(cluster: Cluster, req
     # 512 chars / (4 chars per token x 16 tokens per block) = 8 blocks per worker.
     p = make_policy("sglang_cache_aware", max_tree_size=512, eviction_interval=60.0)
     reps = cluster(2)
-    p.choose(req([0]), reps, [0, 0], 0.0)  # starts the eviction clock
+    p.choose(req([0]), reps, range(len(reps)), [0, 0], 0.0)  # starts the eviction clock
     long = req(list(range(100, 120)), rid="long")
     p.on_routed(long, 0, 0.0)
     assert p.tree.size(0) == 20
-    p.choose(req([0]), reps, [0, 0], 59.0)
+    p.choose(req([0]), reps, range(len(reps)), [0, 0], 59.0)
     assert p.tree.size(0) == 20
-    p.choose(req([0]), reps, [0, 0], 60.0)
+    p.choose(req([0]), reps, range(len(reps)), [0, 0], 60.0)
     assert p.tree.size(0) == 8
     assert p.tree.prefix_match(list(range(100, 120)))[0] == 8

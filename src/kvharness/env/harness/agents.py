@@ -20,7 +20,7 @@ An agent holds one episode's script position: make one per episode (:func:`make_
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kvharness.env.actions import (
@@ -32,6 +32,7 @@ from kvharness.env.actions import (
     Submit,
 )
 from kvharness.env.task import Task
+from kvharness.registry import Registry
 
 __all__ = ["AGENTS", "Agent", "CheatAgent", "ModelAgent", "NoopAgent", "OracleAgent", "make_agent"]
 
@@ -234,18 +235,18 @@ class CheatAgent(_Scripted):
         ]
 
 
-AGENTS: dict[str, Callable[[Task], Agent]] = {
-    "model": ModelAgent,
-    "oracle": OracleAgent,
-    "noop": NoopAgent,
-    "cheat": CheatAgent,
-}
+AGENTS: Registry[Agent] = Registry(
+    "agent",
+    {
+        ModelAgent.name: ModelAgent,
+        OracleAgent.name: OracleAgent,
+        NoopAgent.name: NoopAgent,
+        CheatAgent.name: CheatAgent,
+    },
+)
+"""Agent kinds by name; each factory takes the episode's :class:`Task`."""
 
 
 def make_agent(name: str, task: Task) -> Agent:
     """A fresh agent of kind ``name`` for one episode of ``task``; ValueError for an unknown one."""
-    try:
-        factory = AGENTS[name]
-    except KeyError:
-        raise ValueError(f"unknown agent {name!r} (choose from {', '.join(AGENTS)})") from None
-    return factory(task)
+    return AGENTS.make(name, task)

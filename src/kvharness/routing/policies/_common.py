@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 
-from kvharness.routing.base import ReplicaState
-
-__all__ = ["candidates", "stable_hash"]
-
-
-def candidates(replicas: Sequence[ReplicaState]) -> list[int]:
-    """Indices of the healthy replicas; all of them when none is healthy (the caller then gets a
-    decision anyway and the request fails there, visibly, rather than the router raising)."""
-    if not replicas:
-        raise ValueError("no replicas to route to")
-    healthy = [i for i, r in enumerate(replicas) if r.healthy]
-    return healthy or list(range(len(replicas)))
+__all__ = ["stable_hash"]
 
 
 def stable_hash(key: str | int) -> int:

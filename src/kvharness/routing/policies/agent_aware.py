@@ -41,14 +41,19 @@ context, separated by tool runs. The policy is built on four facts that follow:
    costs less by more than ``move_slack_s`` and by a factor ``move_ratio``; ``b``'s cost
    includes re-prefilling the context, ``h``'s does not count the session's own context.
 
-A request without a session id goes to the least ``ttft``. A new session goes to the least
-``cost`` among replicas whose resident context plus its own fits ``memory_target`` of the KV (when
-any does). Inputs: :class:`ReplicaState` (``pending_prefill_tokens``, ``running``,
-``used_blocks``, ``capacity_blocks``, ``prefill_tokens_per_s``; when 0, the mean of the measured
-replicas' rates, or ``default_prefill_tokens_per_s`` when none is; always that mean with
-``pooled_rate``, for replicas known to be alike, since a rate learnt from time to first token
-mixes a replica's speed with what it was busy with) and the matched prefix per replica.
-Mutates only its own session table.
+**Placement.** A request without a session id goes to the least ``ttft``. A new session goes to
+the least ``cost`` among replicas whose resident context plus its own fits ``memory_target`` of
+the KV (when any does). Only eligible replicas are considered: a session whose home is not
+eligible is placed anew.
+
+**Inputs.** The matched prefix per replica and :class:`ReplicaState`'s
+``pending_prefill_tokens``, ``running``, ``used_blocks``, ``capacity_blocks`` and
+``prefill_tokens_per_s``. A rate of 0 is taken as the mean of the measured replicas' rates (or
+``default_prefill_tokens_per_s`` when none is measured); with ``pooled_rate``, for replicas known
+to be alike, that mean is used for all, since a rate learnt from time to first token mixes a
+replica's speed with what it was busy with.
+
+**State.** Mutates only its own session table.
 """
 
 from __future__ import annotations
@@ -59,8 +64,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
-from kvharness.routing.policies._common import candidates
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 
 __all__ = ["AgentAware"]
 
@@ -76,7 +80,6 @@ class _Home:
     inflight: int = 0
 
 
-@register_policy
 class AgentAware(Policy):
     """Session homes with bounded load, moved only when queueing costs more than re-prefill."""
 
@@ -168,21 +171,21 @@ class AgentAware(Policy):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
         self._expire(now)
-        among = candidates(replicas)
-        self._block_size = max(1, replicas[among[0]].block_size)
+        self._block_size = max(1, replicas[eligible[0]].block_size)
         known = [
-            replicas[i].prefill_tokens_per_s for i in among if replicas[i].prefill_tokens_per_s
+            replicas[i].prefill_tokens_per_s for i in eligible if replicas[i].prefill_tokens_per_s
         ]
         # A replica not yet measured is taken to be like the measured ones (replicas are alike),
         # not as fast as a constant: that would make it look idle next to a measured busy one.
         self._mean_rate = sum(known) / len(known) if known else self.default_prefill_tokens_per_s
-        t = {i: self.ttft(request, replicas[i], matched_blocks[i]) for i in among}
-        x = {i: self.burden(request, replicas[i], matched_blocks[i]) for i in among}
-        fastest = min(among, key=lambda i: (t[i], replicas[i].outstanding, i))
+        t = {i: self.ttft(request, replicas[i], matched_blocks[i]) for i in eligible}
+        x = {i: self.burden(request, replicas[i], matched_blocks[i]) for i in eligible}
+        fastest = min(eligible, key=lambda i: (t[i], replicas[i].outstanding, i))
         sid = request.session_id
         if sid is None:
             return Decision(fastest, "least_time")
@@ -203,9 +206,9 @@ class AgentAware(Policy):
                 + self.contention(
                     replicas[i], steps, self.resident_blocks(i, replicas[i], own if i == h else 0)
                 )
-                for i in among
+                for i in eligible
             }
-            b = min(among, key=lambda i: (cost[i], i))
+            b = min(eligible, key=lambda i: (cost[i], i))
             if (
                 b != h
                 and cost[h] > cost[b] + self.move_slack_s
@@ -213,7 +216,7 @@ class AgentAware(Policy):
             ):
                 return Decision(b, "spill" if t[h] > t[b] else "rebalance")
             return Decision(h, "affinity")
-        return Decision(self._place(request, replicas, matched_blocks, among, t, x), "place")
+        return Decision(self._place(request, replicas, matched_blocks, eligible, t, x), "place")
 
     def resident_blocks(self, replica: int, r: ReplicaState, exclude: int = 0) -> float:
         """Context a session on ``r`` will share decode steps with: KV of the requests running
@@ -249,7 +252,7 @@ class AgentAware(Policy):
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
         matched: Sequence[int],
-        among: list[int],
+        among: Sequence[int],
         t: dict[int, float],
         x: dict[int, float],
     ) -> int:

@@ -30,13 +30,11 @@ import math
 import random
 from collections.abc import Sequence
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
-from kvharness.routing.policies._common import candidates
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 
 __all__ = ["DynamoKV"]
 
 
-@register_policy
 class DynamoKV(Policy):
     """Dynamo KV router (see module docstring)."""
 
@@ -89,14 +87,14 @@ class DynamoKV(Policy):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
-        among = candidates(replicas)
-        logits = self.logits(request, replicas, matched_blocks, among)
+        logits = self.logits(request, replicas, matched_blocks, eligible)
         if self.temperature == 0.0:
             best = min(logits.values())
-            tied = [i for i in among if logits[i] == best]
+            tied = [i for i in eligible if logits[i] == best]
             if len(tied) > 1:
                 # Upstream: the smaller radix tree (blocks cached on the worker), then at random.
                 least = min(replicas[i].cached_blocks for i in tied)
@@ -104,11 +102,11 @@ class DynamoKV(Policy):
             return Decision(self._rng.choice(tied), "cost")
         lo, hi = min(logits.values()), max(logits.values())
         if hi == lo:
-            return Decision(self._rng.choice(among), "cost")
-        scaled = [-(logits[i] / (hi - lo)) / self.temperature for i in among]
+            return Decision(self._rng.choice(eligible), "cost")
+        scaled = [-(logits[i] / (hi - lo)) / self.temperature for i in eligible]
         top = max(scaled)
         weights = [math.exp(v - top) for v in scaled]
-        return Decision(self._rng.choices(among, weights)[0], "cost_sampled")
+        return Decision(self._rng.choices(eligible, weights)[0], "cost_sampled")
 
     def on_routed(self, request: RouteRequest, replica: int, now: float) -> None:
         blocks = tuple(set(request.block_hashes))

@@ -24,13 +24,11 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
-from kvharness.routing.policies._common import candidates
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 
 __all__ = ["LlmdPrecise"]
 
 
-@register_policy
 class LlmdPrecise(Policy):
     """llm-d precise-prefix-cache profile (see module docstring)."""
 
@@ -75,11 +73,11 @@ class LlmdPrecise(Policy):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
-        among = candidates(replicas)
-        scores = self.scores(request, replicas, matched_blocks, among)
+        scores = self.scores(request, replicas, matched_blocks, eligible)
         best = max(scores.values())
-        tied = [i for i in among if scores[i] == best]
+        tied = [i for i in eligible if scores[i] == best]
         return Decision(self._rng.choice(tied), "max_score")

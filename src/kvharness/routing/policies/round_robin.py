@@ -1,18 +1,18 @@
-"""``round_robin``: each request to the next healthy replica in turn."""
+"""``round_robin``: each request to the next eligible replica in turn."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
-from kvharness.routing.policies._common import candidates
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 
 __all__ = ["RoundRobin"]
 
 
-@register_policy
 class RoundRobin(Policy):
-    """Cycles over replicas by index, skipping unhealthy ones. Ignores load and cache contents."""
+    """Cycles over replicas by index, skipping those not eligible. Ignores load and cache
+    contents."""
 
     name = "round_robin"
 
@@ -23,14 +23,13 @@ class RoundRobin(Policy):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
-        healthy = set(candidates(replicas))
-        n = len(replicas)
-        for k in range(n):
-            i = (self._next + k) % n
-            if i in healthy:
-                self._next = i + 1
-                return Decision(i, "rotation")
-        raise AssertionError("candidates() is never empty")  # pragma: no cover
+        # The first eligible index at or after the next in turn, else the first: eligible is
+        # ascending.
+        k = bisect.bisect_left(eligible, self._next)
+        i = eligible[k] if k < len(eligible) else eligible[0]
+        self._next = i + 1
+        return Decision(i, "rotation")

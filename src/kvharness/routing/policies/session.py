@@ -5,19 +5,18 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
-from kvharness.routing.policies._common import candidates, stable_hash
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
+from kvharness.routing.policies._common import stable_hash
 
 __all__ = ["SessionHash"]
 
 
-@register_policy
 class SessionHash(Policy):
     """Session affinity by consistent hashing, blind to load and cache contents.
 
     Each replica owns ``virtual_nodes`` points on a 64-bit ring (hashes of ``"<name>#<k>"``); a
     request goes to the owner of the first point at or after the hash of its key, skipping
-    unhealthy replicas, so removing a replica moves only its own keys. The key is the session id;
+    replicas not eligible, so removing a replica moves only its own keys. The key is the session id;
     without one, the hash of the prompt's first ``prefix_blocks`` blocks (requests sharing that
     prefix land together), and the request id for a prompt shorter than one block.
     """
@@ -58,15 +57,16 @@ class SessionHash(Policy):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
-        healthy = set(candidates(replicas))
+        ok = set(eligible)
         self._ring(replicas)
         start = bisect.bisect_left(self._points, self.key(request))
         n = len(self._points)
         for k in range(n):
             owner = self._owners[(start + k) % n]
-            if owner in healthy:
+            if owner in ok:
                 return Decision(owner, "affinity" if k == 0 else "failover")
-        raise AssertionError("candidates() is never empty")  # pragma: no cover
+        raise AssertionError("eligible is never empty")  # pragma: no cover

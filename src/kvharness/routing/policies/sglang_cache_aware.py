@@ -31,8 +31,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 
-from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest, register_policy
-from kvharness.routing.policies._common import candidates
+from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
 
 __all__ = ["ApproxTree", "SglangCacheAware"]
 
@@ -123,7 +122,6 @@ class ApproxTree:
                     heapq.heappush(heap, (self._tenants[parent][t], t, parent))
 
 
-@register_policy
 class SglangCacheAware(Policy):
     """SGLang router ``cache_aware`` (see module docstring for the rule and the differences)."""
 
@@ -158,10 +156,10 @@ class SglangCacheAware(Policy):
         self,
         request: RouteRequest,
         replicas: Sequence[ReplicaState],
+        eligible: Sequence[int],
         matched_blocks: Sequence[int],
         now: float,
     ) -> Decision:
-        healthy = candidates(replicas)
         if self._last_eviction is None:
             self._last_eviction = now
         elif self.eviction_interval > 0 and now - self._last_eviction >= self.eviction_interval:
@@ -171,7 +169,7 @@ class SglangCacheAware(Policy):
         loads = [self.load(i) for i in range(len(replicas))]
         hi, lo = max(loads), min(loads)
         if hi - lo > self.balance_abs_threshold and hi > lo * self.balance_rel_threshold:
-            return Decision(min(healthy, key=lambda i: (loads[i], i)), "balance")
+            return Decision(min(eligible, key=lambda i: (loads[i], i)), "balance")
 
         hashes = request.block_hashes
         depth, tenant = self.tree.prefix_match(hashes)
@@ -181,8 +179,8 @@ class SglangCacheAware(Policy):
         else:
             # The worker with the smallest tree (all workers start in the tree at size 0).
             chosen, reason = self.tree.smallest_tenant(range(len(replicas))), "smallest_tree"
-        if not replicas[chosen].healthy:
-            chosen, reason = healthy[0], "fallback"
+        if chosen not in eligible:
+            chosen, reason = eligible[0], "fallback"
         return Decision(chosen, reason)
 
     def on_routed(self, request: RouteRequest, replica: int, now: float) -> None:
