@@ -31,6 +31,7 @@ __all__ = [
     "positive_int",
 ]
 
+
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (``PROG: error: MESSAGE``), exit status 2."""
 

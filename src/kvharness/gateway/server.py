@@ -32,6 +32,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kvharness.configs import to_json_dict
 from kvharness.gateway import engine_metrics
 from kvharness.gateway.backends import (
     HealthChecker,
@@ -907,7 +908,7 @@ class Gateway:
                 "mismatches": hs.mismatches,
                 "sessions": len(self.hasher),
             },
-            "config": self.config.to_dict(),
+            "config": to_json_dict(self.config),
         }
 
 
