@@ -5,9 +5,9 @@
 2. the same turns in session mode and in isolated mode (shuffled, no gaps): mean TTFT and cached
    ratio side by side.
 
-    .venv/bin/python benchmarks/bench_vs_isolated.py [--sessions 6] [--turns 5] [--url URL]
+    .venv/bin/python benchmarks/bench_vs_isolated.py [--sessions 6] [--turns 5] [--backend URL]
 
-``--url`` uses a running vLLM (block size 128) instead of starting one.
+``--backend`` (formerly ``--url``) uses a running vLLM (block size 128) instead of starting one.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 def run(url: str, model: str, w: Workload, mode: str, out: Path) -> BenchResult:
     if not reset_prefix_cache(url):
         print(f"warning: {url} has no /reset_prefix_cache; the {mode} pass starts warm")
-    cfg = BenchConfig(targets=(url,), workload="agent", model=model, mode=mode)  # type: ignore[arg-type]
+    cfg = BenchConfig(backends=(url,), workload="agent", model=model, mode=mode)  # type: ignore[arg-type]
     return run_bench(cfg, out, workload=w)
 
 
@@ -41,18 +41,21 @@ def main() -> None:
     ap.add_argument("--repo-tokens", type=int, default=3000, help="repository prefix, tokens")
     ap.add_argument("--turns", type=int, default=5, help="turns per session (default 5)")
     ap.add_argument("--gap", type=float, default=0.5, help="tool time between turns, s")
-    ap.add_argument("--url", default=None, help="a running vLLM instead of starting one")
+    ap.add_argument(
+        "--backend", "--url", dest="backend", default=None, metavar="URL",
+        help="a running vLLM instead of starting one",
+    )  # fmt: skip
     args = ap.parse_args()
     w = agent_workload(sessions=args.sessions, repos=args.repos, repo_tokens=args.repo_tokens,
                        turns=args.turns, gap=args.gap, start_spacing=0.5, seed=42)  # fmt: skip
     rep: VllmReplica | None = None
-    if args.url is None:
+    if args.backend is None:
         rep = start_replica(
             ReplicaConfig(model_dir=ensure_tiny_model(REPO / ".cache" / "tiny-llama"))
         )
         url, model = rep.url, rep.model
     else:
-        url, model = args.url.rstrip("/"), ""
+        url, model = args.backend.rstrip("/"), ""
     try:
         with tempfile.TemporaryDirectory() as tmp:
             res = {m: run(url, model or "tiny-llama", w, m, Path(tmp) / m)

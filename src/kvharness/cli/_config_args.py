@@ -23,7 +23,7 @@ from kvharness.cli._args import bounded
 from kvharness.configs import Option, nested_config, option
 from kvharness.errors import UserError
 
-__all__ = ["add_option", "add_options", "config_from_args"]
+__all__ = ["add_option", "add_options", "config_from_args", "option_help"]
 
 C = TypeVar("C")
 
@@ -39,6 +39,11 @@ def _field(cls: type, name: str) -> tuple[Field[Any], Option, Any]:
         rest = [a for a in typing.get_args(tp) if a is not NoneType]
         tp = rest[0] if len(rest) == 1 else tp
     return f, o, tp
+
+
+def option_help(cls: type, name: str) -> str:
+    """The help of field ``name`` of ``cls``, for an option a command adds in its own words."""
+    return _field(cls, name)[1].help
 
 
 def _default(f: Field[Any]) -> Any:
