@@ -7,7 +7,6 @@ themselves (memoised per process), so nothing large crosses process boundaries.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.util
 import os
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvharness.configs import to_json_dict
 from kvharness.engine.scheduler import SchedulerConfig
 from kvharness.report.io import parse_deadline, write_run_report
 from kvharness.sim.cluster import parse_cluster
@@ -86,7 +86,7 @@ def run_task(task: Task, workload: Workload | None = None) -> PolicyRow:
 
     expected = {s.id: len(s.turns) for s in wl.sessions}
     label = f"{task.policy}"
-    config = {**dataclasses.asdict(task), "label": label, "cluster_resolved": cluster.label()}
+    config = {**to_json_dict(task), "label": label, "cluster_resolved": cluster.label()}
     if task.out is not None:
         summary = write_run_report(
             task.out,
