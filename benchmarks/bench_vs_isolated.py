@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kvharness.bench.config import BenchConfig
 from kvharness.bench.run import BenchResult, reset_prefix_cache, run_bench
-from kvharness.bench.summary import quick_stats
+from kvharness.bench.summary import client_figures
 from kvharness.report.metrics import session_times
 from kvharness.testing import ReplicaConfig, VllmReplica, ensure_tiny_model, start_replica
 from kvharness.testing.workloads import agent_workload
@@ -82,19 +82,19 @@ def main() -> None:
           f"{worst * 1e9:.1f} ns; e.g. {times[0].session}: makespan {times[0].makespan:.3f} s = "
           f"lag {b.lag:.3f} + queue+prefill {b.queue_prefill:.3f} + decode {b.decode:.3f} + "
           f"tool {b.tool:.3f}")  # fmt: skip
-    q = {m: quick_stats(r.records) for m, r in res.items()}
+    q = {m: client_figures(r.records, r.summary) for m, r in res.items()}
     print("2. mode        turns  mean TTFT  p99 TTFT  cached/prompt  ideal/prompt  server hit")
     for m, r in res.items():
         hit = sum(d.get("vllm:prefix_cache_hits", 0) for d in r.server.values())
         qry = sum(d.get("vllm:prefix_cache_queries", 0) for d in r.server.values())
         x = q[m]
-        print(f"   {m:<10} {x.turns_ok:>6} {x.ttft_mean * 1e3:>8.1f}ms {x.ttft_p99 * 1e3:>7.1f}ms "  # type: ignore[operator]
-              f"{x.cached_ratio * 100:>13.1f}% {x.ideal_ratio * 100:>12.1f}% "  # type: ignore[operator]
+        print(f"   {m:<10} {x.turns_ok:>6} {x.ttft.mean * 1e3:>8.1f}ms {x.ttft.p99 * 1e3:>7.1f}ms "  # type: ignore[operator]
+              f"{x.cache.achieved_ratio * 100:>13.1f}% {x.cache.ideal_ratio * 100:>12.1f}% "  # type: ignore[operator]
               f"{hit / qry * 100 if qry else 0:>10.1f}%")  # fmt: skip
     a, i = q["session"], q["isolated"]
-    print(f"   isolated - session: mean TTFT {(i.ttft_mean - a.ttft_mean) * 1e3:+.1f} ms "  # type: ignore[operator]
-          f"({(i.ttft_mean / a.ttft_mean - 1) * 100:+.0f}%), cached ratio "  # type: ignore[operator]
-          f"{(i.cached_ratio - a.cached_ratio) * 100:+.1f} points")  # type: ignore[operator]  # fmt: skip
+    print(f"   isolated - session: mean TTFT {(i.ttft.mean - a.ttft.mean) * 1e3:+.1f} ms "  # type: ignore[operator]
+          f"({(i.ttft.mean / a.ttft.mean - 1) * 100:+.0f}%), cached ratio "  # type: ignore[operator]
+          f"{(i.cache.achieved_ratio - a.cache.achieved_ratio) * 100:+.1f} points")  # type: ignore[operator]  # fmt: skip
 
 
 if __name__ == "__main__":
