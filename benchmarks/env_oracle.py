@@ -2,11 +2,11 @@
 
     .venv/bin/python benchmarks/env_oracle.py [--suite DIR] [--backend URL] [--concurrency 4]
 
-Without ``--suite`` it runs the built-in demo suite; without ``--backend`` (formerly ``--endpoint``) it starts a replica of
-the tiny test model (``make vllm`` first) and stops it at the end. Prints episodes/s, the
-per-task grading time (each ``submit`` step's wall time: copy, hidden tests restored, pytest in a
-fresh sandbox), the sandboxed command time of the exploring steps, and the model calls' prompt
-and cached tokens.
+Without ``--suite`` it runs the built-in demo suite; without ``--backend`` (formerly
+``--endpoint``) it starts a replica of the tiny test model (``make vllm`` first) and stops it at
+the end. Prints episodes/s, the per-task grading time (each ``submit`` step's wall time: copy,
+hidden tests restored, pytest in a fresh sandbox), the sandboxed command time of the exploring
+steps, and the model calls' prompt and cached tokens.
 """
 
 from __future__ import annotations
