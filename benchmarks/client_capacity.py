@@ -60,8 +60,8 @@ def start_stub(cpu: int) -> tuple[subprocess.Popen[str], str]:
 
 def measure(url: str, n: int, turns: int, think: float, out: Path) -> dict[str, float]:
     cfg = BenchConfig(
-        targets=(url,), workload=f"capacity:{n}", model="stub", scrape_metrics=False,
-        retry=RetryPolicy(max_attempts=1, timeout=60.0),
+        backends=(url,), workload=f"capacity:{n}", model="stub", scrape_metrics=False,
+        retry=RetryPolicy(max_attempts=1, timeout_s=60.0),
     )  # fmt: skip
     t0 = time.perf_counter()
     res = run_bench(cfg, out, workload=workload(n, turns, think))

@@ -1,12 +1,12 @@
 """Oracle rollouts over a task suite against a real vLLM-CPU replica: throughput and grading time.
 
-    .venv/bin/python benchmarks/env_oracle.py [--suite DIR] [--endpoint URL] [--concurrency 4]
+    .venv/bin/python benchmarks/env_oracle.py [--suite DIR] [--backend URL] [--concurrency 4]
 
-Without ``--suite`` it runs the built-in demo suite; without ``--endpoint`` it starts a replica of
-the tiny test model (``make vllm`` first) and stops it at the end. Prints episodes/s, the
-per-task grading time (each ``submit`` step's wall time: copy, hidden tests restored, pytest in a
-fresh sandbox), the sandboxed command time of the exploring steps, and the model calls' prompt
-and cached tokens.
+Without ``--suite`` it runs the built-in demo suite; without ``--backend`` (formerly
+``--endpoint``) it starts a replica of the tiny test model (``make vllm`` first) and stops it at
+the end. Prints episodes/s, the per-task grading time (each ``submit`` step's wall time: copy,
+hidden tests restored, pytest in a fresh sandbox), the sandboxed command time of the exploring
+steps, and the model calls' prompt and cached tokens.
 """
 
 from __future__ import annotations
@@ -91,7 +91,10 @@ async def _run(args: argparse.Namespace, url: str, model: str | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", type=Path, default=None, help="suite folder (default: demo)")
-    parser.add_argument("--endpoint", default=None, help="chat endpoint (default: start one)")
+    parser.add_argument(
+        "--backend", "--endpoint", dest="backend", default=None, metavar="URL",
+        help="chat server's base URL (default: start one)",
+    )  # fmt: skip
     parser.add_argument("--model", default=None, help="model name (default: the endpoint's)")
     parser.add_argument("--agent", default="oracle", help="agent (default: oracle)")
     parser.add_argument("--concurrency", type=int, default=4, help="episodes in flight")
@@ -99,8 +102,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="first N tasks only (0: all)")
     parser.add_argument("--max-tokens", type=int, default=16, help="completion tokens per call")
     args = parser.parse_args()
-    if args.endpoint is not None:
-        asyncio.run(_run(args, args.endpoint, args.model))
+    if args.backend is not None:
+        asyncio.run(_run(args, args.backend, args.model))
         return
     from kvharness.testing import ReplicaConfig, ensure_tiny_model, start_replica
 

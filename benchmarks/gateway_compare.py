@@ -246,7 +246,7 @@ def run_router(
         reset_caches(reps)
         time.sleep(2.0)  # let event subscriptions settle
         bench = [sys.executable, "-m", "kvharness", "bench",
-                 "--target", f"http://127.0.0.1:{port}", "--workload", args.workload,
+                 "--backend", f"http://127.0.0.1:{port}", "--workload", args.workload,
                  "--tokenizer", str(model / "tokenizer.json"), "--model", reps[0].model,
                  "--concurrency", str(args.concurrency), "--time-scale", str(args.time_scale),
                  "--out", str(run_dir), "--label", name, "--no-progress", "--no-metrics",

@@ -34,13 +34,14 @@ def fake() -> Iterator[FakeOpenAI]:
         server.stop()
 
 
-def _bench_config(targets: Sequence[str], workload: Path, **kw: Any) -> BenchConfig:
+def _bench_config(backends: Sequence[str], workload: Path, **kw: Any) -> BenchConfig:
     """A config for tests: fast retries, no metrics scrape, model "stub" unless given."""
-    retry = RetryPolicy(max_attempts=kw.pop("max_attempts", 3), backoff=kw.pop("backoff", 0.01),
-                        timeout=kw.pop("timeout", 30.0))  # fmt: skip
+    retry = RetryPolicy(max_attempts=kw.pop("max_attempts", 3),
+                        backoff_s=kw.pop("backoff_s", 0.01),
+                        timeout_s=kw.pop("timeout_s", 30.0))  # fmt: skip
     kw.setdefault("model", "stub")
     kw.setdefault("scrape_metrics", False)
-    return BenchConfig(targets=tuple(targets), workload=str(workload), retry=retry, **kw)
+    return BenchConfig(backends=tuple(backends), workload=str(workload), retry=retry, **kw)
 
 
 def _first_ids(workload: Workload, session: int, n: int = 6, vocab: int = 1024) -> bytes:
@@ -57,13 +58,13 @@ def agent_workload_factory() -> Callable[..., Workload]:
 
 @pytest.fixture(name="bench_config", params=["asyncio", "uvloop"])
 def bench_config_factory(request: pytest.FixtureRequest) -> Callable[..., BenchConfig]:
-    """Factory: ``bench_config(targets, workload_path, **BenchConfig/RetryPolicy fields)``; tests
+    """Factory: ``bench_config(backends, workload_path, **BenchConfig/RetryPolicy fields)``; tests
     using it run once per event loop (the client's protocol callbacks differ between them)."""
     loop = request.param
 
-    def make(targets: Sequence[str], workload: Path, **kw: Any) -> BenchConfig:
+    def make(backends: Sequence[str], workload: Path, **kw: Any) -> BenchConfig:
         kw.setdefault("event_loop", loop)
-        return _bench_config(targets, workload, **kw)
+        return _bench_config(backends, workload, **kw)
 
     return make
 

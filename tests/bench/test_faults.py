@@ -32,7 +32,7 @@ def test_refused_connection_is_retried_then_abandons(
 ) -> None:
     path, _ = two_sessions
     target = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    code = main(["bench", "--target", target, "--workload", str(path), "--model", "m",
+    code = main(["bench", "--backend", target, "--workload", str(path), "--model", "m",
                  "--out", str(tmp_path / "run"), "--backoff", "0.01", "--no-metrics"])  # fmt: skip
     assert code == 2
     err = capsys.readouterr().err.strip()
@@ -116,7 +116,7 @@ def test_no_answer_before_first_token_is_retried(
 ) -> None:
     path, marker = two_sessions
     fake.plan = lambda n, body: fault if marker in body and not fake.stats.faults else None
-    res = run_bench(bench_config([fake.url], path, timeout=0.5), tmp_path / "run")
+    res = run_bench(bench_config([fake.url], path, timeout_s=0.5), tmp_path / "run")
     bad = [r for r in res.records if not r.ok]
     assert len(bad) == 1 and bad[0].first_token is None
     assert bad[0].error is not None

@@ -1,11 +1,15 @@
-"""Client-side figures: a late send's TTFT counts from when it should have gone out, too."""
+"""Client-side figures: a late send's TTFT counts from when it should have gone out, too; every
+figure is the report's Summary, laid out."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from rich.console import Console
 
-from kvharness.bench.summary import quick_stats, render_side_by_side
+from kvharness.bench.summary import client_figures, render_result, render_side_by_side
+from kvharness.report.metrics import summarise
 from kvharness.report.records import TurnRecord
 
 
@@ -18,14 +22,34 @@ def _rec(
                       error=error)  # fmt: skip
 
 
+RECS = [_rec(0.0, 0.0, 0.05, 512), _rec(1.0, 1.5, 1.55, 0), _rec(2.0, 2.0, 2.01, 0, "http 500")]
+
+
 def test_lag_is_reported_and_counted_from_intended() -> None:
-    recs = [_rec(0.0, 0.0, 0.05, 512), _rec(1.0, 1.5, 1.55, 0), _rec(2.0, 2.0, 2.01, 0, "http 500")]
-    q = quick_stats(recs)
-    assert q.turns_ok == 2 and q.attempts_failed == 1
-    assert q.ttft_mean == pytest.approx(0.05)
-    assert q.ttft_intended_p50 == pytest.approx(0.3)  # (0.05 + 0.55) / 2
-    assert q.lag_max == pytest.approx(0.5)
-    assert q.cached_ratio == pytest.approx(512 / 2000)
+    q = client_figures(RECS, None)
+    assert q == summarise(RECS)
+    assert q.turns_ok == 2 and q.records - q.turns_ok == 1
+    assert q.ttft.mean == pytest.approx(0.05)
+    assert q.ttft_intended.p50 == pytest.approx(0.3)  # (0.05 + 0.55) / 2
+    assert q.lag.max == pytest.approx(0.5)
+    assert q.cache.achieved_ratio == pytest.approx(512 / 2000)
+
+
+def test_the_table_shows_the_summarys_figures() -> None:
+    con = Console(width=200, record=True)
+    con.print(render_result("run", RECS, None, {}))
+    text = con.export_text()
+    rows = {"turns ok": "2", "failed attempts": "1", "TTFT mean": "50.0 ms",
+            "TTFT from intended p50": "300.0 ms", "end-to-end mean": "150.0 ms",
+            "cached / prompt tokens": "25.6%", "send lag max": "500.0 ms"}  # fmt: skip
+    for label, value in rows.items():
+        assert re.search(rf"│ {re.escape(label)} +│ +{re.escape(value)} │", text), label
+    written = summarise(RECS, label="written")
+    con = Console(width=200, record=True)
+    con.print(render_result("run", [], written, {}))  # the figures come from the summary given
+    text = con.export_text()
+    assert "run: written" in text
+    assert re.search(r"│ TTFT from intended p50 +│ +300.0 ms │", text)
 
 
 def test_side_by_side_states_the_difference() -> None:

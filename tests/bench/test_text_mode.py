@@ -5,6 +5,7 @@ receives them from both HTTP clients."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -230,7 +231,7 @@ def test_text_mode_ideal_counts_the_bos_and_resume_keeps_text(
     assert first.failure_line() is not None and first.turns_ok < 8
     fake.plan = lambda n, body: bodies.append(body)  # type: ignore[func-returns-value]
     n_before = len(bodies)
-    bare = msgspec.structs.replace(cfg, prompt_format="tokens", tokenizer=None)
+    bare = dataclasses.replace(cfg, prompt_format="tokens", tokenizer=None)
     second = run_bench(bare, tmp_path / "run", resume=True)  # config comes from config.json
     assert second.failure_line() is None and second.turns_ok == 8
     assert len(bodies) > n_before
@@ -272,7 +273,7 @@ def test_cli_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     for opt in ("--prompt-format {tokens,text}", "--session-header NAME", "--no-session-header"):
         assert opt in out
     assert "approximate" in out
-    argv = ["bench", "--target", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path)]
+    argv = ["bench", "--backend", "http://127.0.0.1:9", "--model", "m", "--out", str(tmp_path)]
     assert main([*argv, "--session-header", "bad name"]) == 2
     assert "not a valid HTTP header name" in capsys.readouterr().err
 
@@ -283,7 +284,7 @@ def test_cli_text_without_a_tokenizer_warns_and_uses_the_builtin_words(
 ) -> None:  # fmt: skip
     bodies: list[bytes] = []
     fake.plan = lambda n, body: bodies.append(body)  # type: ignore[func-returns-value]
-    code = main(["bench", "--target", fake.url, "--model", "stub", "--workload",
+    code = main(["bench", "--backend", fake.url, "--model", "stub", "--workload",
                  str(agent_workload_file), "--prompt-format", "text", "--time-scale", "0.05",
                  "--no-metrics", "--no-progress", "--out", str(tmp_path / "run")])  # fmt: skip
     out = " ".join(capsys.readouterr().out.split())

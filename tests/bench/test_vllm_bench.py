@@ -70,7 +70,7 @@ def test_session_and_isolated_modes_side_by_side(
     )
     path = tmp_path / "w.jsonl"
     save(w, path)
-    code = main(["bench", "--target", rep.url, "--workload", str(path), "--mode", "both",
+    code = main(["bench", "--backend", rep.url, "--workload", str(path), "--mode", "both",
                  "--out", str(tmp_path / "run"), "--no-progress"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0
@@ -109,7 +109,7 @@ def test_killed_server_leaves_records_and_resume_completes(
 
     th = threading.Thread(target=killer)
     th.start()
-    code = main(["bench", "--target", rep.url, "--workload", str(path), "--out", str(run),
+    code = main(["bench", "--backend", rep.url, "--workload", str(path), "--out", str(run),
                  "--backoff", "0.05", "--no-progress"])  # fmt: skip
     th.join()
     err = capsys.readouterr().err.strip()
@@ -139,7 +139,7 @@ def test_real_swe_agent_trace_replays_as_chat(
 ) -> None:  # fmt: skip
     rep = vllm_replicas[0]
     traj = TRACES / "swe-agent" / "ctf__crypto__BabyEncryption.traj"
-    code = main(["bench", "--target", rep.url, "--workload", str(traj), "--tokenizer",
+    code = main(["bench", "--backend", rep.url, "--workload", str(traj), "--tokenizer",
                  str(tiny_model_dir), "--time-scale", "0.01", "--out", str(tmp_path / "run"),
                  "--no-progress"])  # fmt: skip
     assert code == 0, capsys.readouterr().err

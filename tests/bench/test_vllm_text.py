@@ -37,7 +37,7 @@ def test_text_prompts_give_exactly_the_ideal_cached_tokens(
     assert reset_prefix_cache(rep.url)
     # --concurrency 1: one request at a time, so no prefix is still being computed when the
     # next request that shares it arrives (the ideal assumes a served prompt is cached at once)
-    code = main(["bench", "--target", rep.url, "--workload", SYNTHETIC, "--prompt-format", "text",
+    code = main(["bench", "--backend", rep.url, "--workload", SYNTHETIC, "--prompt-format", "text",
                  "--tokenizer", str(tiny_model_dir), "--concurrency", "1", "--time-scale", "0.02",
                  "--out", str(tmp_path / "run"), "--no-progress"])  # fmt: skip
     assert code == 0, capsys.readouterr().err

@@ -318,7 +318,7 @@ async def test_async_env_context_manager(task: Task) -> None:
 
 
 def test_wall_time_budget_truncates(task: Task) -> None:
-    with CodingEnv(task, config(max_seconds=0.2)) as env:
+    with CodingEnv(task, config(max_wall_s=0.2)) as env:
         env.reset()
         _, _, term, trunc, _ = env.step(Bash("sleep 0.3"))
         assert trunc and not term

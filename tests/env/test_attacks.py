@@ -695,7 +695,7 @@ def test_env_run_with_a_plugin_planting_model_pays_nothing(
     """Four tool calls through ``kvharness env run --agent model`` on every task of the suite."""
     suite = smoke_suite[0].root.parent
     out = tmp_path / "run"
-    argv = ["env", "run", "--endpoint", scripted_model.url, "--tasks", str(suite)]
+    argv = ["env", "run", "--backend", scripted_model.url, "--tasks", str(suite)]
     argv += ["--out", str(out), "--agent", "model", "--model", "scripted"]
     argv += ["--max-submissions", "1", "--tokenizer", "approx"]
     assert main(argv) == 0

@@ -149,7 +149,7 @@ def test_cli_env_run_writes_rollouts_and_a_workload_the_tools_accept(
     replica = vllm_replicas[0]
     code = main(
         [
-            "env", "run", "--endpoint", replica.url, "--tasks", str(root), "--agent", "oracle",
+            "env", "run", "--backend", replica.url, "--tasks", str(root), "--agent", "oracle",
             "--concurrency", "3", "--max-tokens", "8", "--out", str(out),
             "--reward", "discounted:0.9",
         ]
@@ -194,7 +194,7 @@ def test_cli_env_run_writes_rollouts_and_a_workload_the_tools_accept(
     # bench replays the recorded conversations (chat messages) against the same server.
     code = main(
         [
-            "bench", "--target", replica.url, "--workload", str(out / "workload.jsonl"),
+            "bench", "--backend", replica.url, "--workload", str(out / "workload.jsonl"),
             "--concurrency", "3", "--out", str(tmp_path / "bench"), "--no-progress",
         ]
     )  # fmt: skip

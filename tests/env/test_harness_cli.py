@@ -37,7 +37,7 @@ def test_env_run_errors(
 ) -> None:
     make_demo_suite(tmp_path / "suite")
     endpoint = f"http://127.0.0.1:{_closed_port()}"
-    argv = ["env", "run", "--endpoint", endpoint, "--tasks", str(tmp_path / "suite")]
+    argv = ["env", "run", "--backend", endpoint, "--tasks", str(tmp_path / "suite")]
     code = main([*argv, "--out", str(tmp_path / "out"), *extra])
     err = capsys.readouterr().err
     assert code == 2
@@ -47,7 +47,7 @@ def test_env_run_errors(
 
 def test_env_run_missing_suite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
-        ["env", "run", "--endpoint", "http://x", "--tasks", str(tmp_path / "none"), "--out", "o"]
+        ["env", "run", "--backend", "http://x", "--tasks", str(tmp_path / "none"), "--out", "o"]
     )
     assert code == 2 and "no such suite directory" in capsys.readouterr().err
 
@@ -91,7 +91,7 @@ async def test_a_broken_task_ends_its_episode_not_the_run(tmp_path: Path) -> Non
 def test_env_run_numbers_are_checked_at_parse_time(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
-    argv = ["env", "run", "--endpoint", "http://x", "--tasks", str(tmp_path), "--out", "o"]
+    argv = ["env", "run", "--backend", "http://x", "--tasks", str(tmp_path), "--out", "o"]
     assert run_cli([*argv, *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("kvharness env run: error: ")
@@ -101,16 +101,16 @@ def test_env_run_numbers_are_checked_at_parse_time(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run", "--endpoint", "http://x", "--tasks", "SUITE", "--out", "FILE"],
+        (["run", "--backend", "http://x", "--tasks", "SUITE", "--out", "FILE"],
          "--out FILE: {tmp}/FILE is a file, not a folder"),
-        (["run", "--endpoint", "http://x", "--tasks", "SUITE", "--out", "FILE/run"],
+        (["run", "--backend", "http://x", "--tasks", "SUITE", "--out", "FILE/run"],
          "--out FILE/run: {tmp}/FILE is a file, not a folder"),
-        (["run", "--endpoint", "http://x", "--tasks", "SUITE", "--out", "/sys/kvharness-env"],
+        (["run", "--backend", "http://x", "--tasks", "SUITE", "--out", "/sys/kvharness-env"],
          "--out /sys/kvharness-env: cannot write in /sys"),
         (["build-suite", "--out", "FILE"], "--out FILE: {tmp}/FILE is a file, not a folder"),
         (["build-suite", "--out", "/sys/kvharness-suite"],
          "--out /sys/kvharness-suite: cannot write in /sys"),
-        (["run", "--tasks", "SUITE"], "give --endpoint, --out (or --resume DIR to continue a run)"),
+        (["run", "--tasks", "SUITE"], "give --backend, --out (or --resume DIR to continue a run)"),
     ],
 )  # fmt: skip
 def test_env_commands_check_out_before_any_work(
@@ -131,7 +131,7 @@ def test_env_commands_check_out_before_any_work(
 
 
 def _run_argv(fake: FakeOpenAI, root: Path, *extra: str) -> list[str]:
-    return ["env", "run", "--endpoint", fake.url, "--tasks", str(root / "suite"),
+    return ["env", "run", "--backend", fake.url, "--tasks", str(root / "suite"),
             "--agent", "noop", "--tokenizer", "approx", "--out", str(root / "out"), *extra]  # fmt: skip
 
 
@@ -151,7 +151,7 @@ def test_resume_after_a_torn_rollout_runs_the_rest_and_keeps_every_episode(
         kept = json.loads(first)["episode"]
         capsys.readouterr()
         calls = fake.stats.requests
-        assert main(["env", "run", "--resume", str(out), "--endpoint", fake.url]) == 0
+        assert main(["env", "run", "--resume", str(out), "--backend", fake.url]) == 0
         assert fake.stats.requests - calls == first_run - 1  # one episode's one call fewer
     err = capsys.readouterr().err
     assert "rollouts.jsonl: dropped 100 bytes of a torn last line" in err
@@ -190,3 +190,26 @@ def test_env_run_refuses_a_folder_that_holds_a_run_and_resume_with_out(
         assert fake.stats.requests == calls
     assert (out / "rollouts.jsonl").read_bytes() == before
     assert not (tmp_path / "o2").exists()
+
+
+def test_a_run_saved_with_endpoint_resumes_and_endpoint_still_names_the_backend(
+    tmp_path: Path,
+) -> None:
+    """config.json of a run started before --endpoint became --backend holds "endpoint"; it
+    resumes, and --endpoint is still accepted as --backend's old name."""
+    tasks = make_demo_suite(tmp_path / "suite")
+    out = tmp_path / "out"
+    with FakeOpenAI(tokens=2) as fake:
+        argv = _run_argv(fake, tmp_path, "--only", tasks[0].id)
+        assert main([a if a != "--backend" else "--endpoint" for a in argv]) == 0
+        config = json.loads((out / "config.json").read_text())
+        assert config["backend"] == fake.url and "endpoint" not in config
+        config["endpoint"] = config.pop("backend")
+        config["only"] = None
+        (out / "config.json").write_text(json.dumps(config))
+        calls = fake.stats.requests
+        assert main(["env", "run", "--resume", str(out)]) == 0
+        assert fake.stats.requests > calls
+    lines = (out / "rollouts.jsonl").read_text().splitlines()
+    episodes = [json.loads(line)["episode"] for line in lines]
+    assert sorted(episodes) == sorted(f"{t.id}/0" for t in tasks)

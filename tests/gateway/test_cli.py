@@ -137,3 +137,67 @@ def test_the_api_key_comes_from_a_file_or_the_environment(
     monkeypatch.setenv(KEY_ENV, "")
     assert main(["gateway", "--backend", "http://x:1"]) == 2
     assert "set but empty" in capsys.readouterr().err
+
+
+def _config(*argv: str) -> Any:
+    from kvharness.cli import build_parser
+    from kvharness.cli._gateway import build_config
+
+    return build_config(build_parser().parse_args(["gateway", *argv]))
+
+
+def test_options_not_given_leave_the_configs_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvharness.cli._gateway import KEY_ENV
+    from kvharness.gateway.config import GatewayConfig
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    assert _config("--backend", "http://x:1/") == GatewayConfig(backends=("http://x:1",))
+
+
+def test_every_option_reaches_its_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvharness.cli._gateway import KEY_ENV
+    from kvharness.gateway.config import GatewayConfig
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    cfg = _config(
+        "--backend", "http://x:1", "--backend", "http://y:2/", "--policy", "round_robin",
+        "--host", "0.0.0.0", "--port", "0", "--block-size", "32", "--capacity-blocks", "50",
+        "--kv-events", "http://x:1=tcp://*:5557", "--kv-topic", "kv", "--lru-blocks", "9",
+        "--max-queue", "4", "--retry-after", "2.5", "--max-attempts", "1",
+        "--health-interval", "0.5", "--unhealthy-after", "3", "--read-timeout", "0",
+        "--client-timeout", "7", "--max-body-bytes", "1000", "--max-buffered-bytes", "2000",
+        "--session-header", "X-Agent", "--session-header", "x-run", "--scrape-interval", "1",
+        "--verify-hashing-every", "10", "--no-forward-token-ids",
+    )  # fmt: skip
+    assert cfg == GatewayConfig(
+        backends=("http://x:1", "http://y:2"), policy="round_robin", host="0.0.0.0", port=0,
+        block_size=32, capacity_blocks=50, kv_events={"http://x:1": "tcp://*:5557"},
+        kv_topic="kv", lru_blocks=9, max_queue=4, retry_after_s=2.5, max_attempts=1,
+        health_interval_s=0.5, unhealthy_after=3, read_timeout_s=None, client_timeout_s=7.0,
+        max_body_bytes=1000, max_buffered_bytes=2000, session_headers=("x-agent", "x-run"),
+        scrape_interval_s=1.0, verify_hashing_every=10, forward_token_ids=False,
+    )  # fmt: skip
+
+
+def test_help_gives_each_fields_help_and_default(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--help is built from GatewayConfig: every option field's help, with its default."""
+    import dataclasses
+
+    from kvharness.configs import option
+    from kvharness.gateway.config import GatewayConfig
+
+    monkeypatch.setenv("COLUMNS", "10000")  # one line per option: no words cut at hyphens
+    with pytest.raises(SystemExit):
+        main(["gateway", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for f in dataclasses.fields(GatewayConfig):
+        o = option(f)
+        assert o is not None, f.name
+        if o.cli:
+            assert " ".join(o.help.split()) in text, f.name
+    for shown in ("(default: 8080)", "(default: 64 MiB)", "(default: 256 MiB)",
+                  "(default: from /metrics, else 16)", "(default: x-session-id)",
+                  "(default: 600)", "(default: on)"):  # fmt: skip
+        assert shown in text, shown

@@ -30,6 +30,11 @@ def test_turn_latencies(records: list[TurnRecord]) -> None:
     assert s.ttft.n == 5
     assert s.ttft.mean == pytest.approx(1.05)
     assert (s.ttft.p50, s.ttft.p90, s.ttft.p99, s.ttft.max) == pytest.approx((1.0, 1.6, 1.96, 2.0))
+    # TTFT from intended = first - intended: a 1.0, 1.5 (sent 0.5 late), 2.0; b 0.5, 1.0 (the
+    # retry sent 0.25 late). sorted [0.5, 1, 1, 1.5, 2]: mean 6/5 = 1.2, p50 1.0,
+    # p90 at rank 3.6: 1.5 + 0.6*0.5 = 1.8.
+    ti = s.ttft_intended
+    assert (ti.n, ti.mean, ti.p50, ti.p90, ti.max) == pytest.approx((5, 1.2, 1.0, 1.8, 2.0))
     # ITL = (done - first)/(out - 1): a0 1/10 = 0.1, a1 1/4 = 0.25, a2 out=1 -> none,
     # b0 1.5/3 = 0.5, b1 0.5/2 = 0.25. sorted [0.1, .25, .25, .5]: mean 1.1/4 = 0.275,
     # p50 = 0.25, p90 at rank 2.7: 0.25 + 0.7*0.25 = 0.425.

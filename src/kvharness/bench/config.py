@@ -1,77 +1,170 @@
-"""The resolved configuration of a bench run, saved as ``config.json`` beside its records."""
+"""The resolved configuration of a bench run, saved as ``config.json`` beside its records.
+
+Each field's help is its documentation and its ``kvharness bench --help`` line
+(:mod:`kvharness.configs`); ``config.json`` is written and read with
+:func:`kvharness.configs.to_json_dict` / :func:`kvharness.configs.from_json`, which still reads a
+file written before fields were renamed (``targets``, ``backoff``, ``timeout``...).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Literal
 
-import msgspec
+from kvharness.configs import BLOCK_SIZE_MAX, opt
 
 __all__ = ["BenchConfig", "RetryPolicy"]
 
 Mode = Literal["session", "isolated"]
 
 
-class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
     """What a session does when a request fails (the documented fault rule).
 
     A connection error, a 5xx or 429, a timeout, or a stream cut *before the first token* is retried
-    after ``backoff * 2**k`` seconds (k = 0, 1, ...), up to ``max_attempts`` attempts in all; then the
-    session is abandoned. Any other 4xx, and any fault after the first token (resending would
+    after ``backoff_s * 2**k`` seconds (k = 0, 1, ...), up to ``max_attempts`` attempts in all; then
+    the session is abandoned. Any other 4xx, and any fault after the first token (resending would
     duplicate output), abandons the session at once. Every failed attempt is written as a record with
     its cause; the rest of the run goes on.
     """
 
-    max_attempts: int = 3
-    backoff: float = 0.5
-    """Seconds before the first retry; doubled for each further retry."""
-    timeout: float = 300.0
-    """Seconds one attempt may take from send to its last byte."""
-    connect_timeout: float = 10.0
+    max_attempts: int = opt(
+        3, help="attempts per turn for retryable faults", metavar="N", lo=1, hi=1000
+    )
+    backoff_s: float = opt(
+        0.5,
+        help="seconds before the first retry, doubled for each further retry",
+        flags=("--backoff",), metavar="S", lo=0.0, formerly=("backoff",),
+    )  # fmt: skip
+    timeout_s: float = opt(
+        300.0,
+        help="seconds one attempt may take, from send to its last byte",
+        flags=("--timeout",), metavar="S", lo=0.0, above=True, formerly=("timeout",),
+    )  # fmt: skip
+    connect_timeout_s: float = opt(
+        10.0,
+        help="seconds to open a connection",
+        flags=("--connect-timeout",), metavar="S", lo=0.0, above=True,
+        formerly=("connect_timeout",),
+    )  # fmt: skip
 
 
-class BenchConfig(msgspec.Struct, frozen=True, kw_only=True):
+def _base_url(text: str) -> str:
+    """A backend URL as given on the command line, without trailing slashes."""
+    return text.rstrip("/")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchConfig:
     """Everything that decides what a run sends and when. Times are seconds, sizes tokens."""
 
-    targets: tuple[str, ...]
-    """Base URLs of OpenAI-compatible servers; sessions are spread round robin."""
-    workload: str
-    """Workload spec as given to ``load_workload`` (file, folder or ``synthetic:...``)."""
-    mode: Mode = "session"
-    model: str | None = None
-    """Model name sent in requests; None = the first model listed by the first target."""
-    arrival: Literal["workload", "trace", "poisson", "concurrent"] = "workload"
-    """How sessions start: the workload's own arrival, trace times, Poisson or fixed concurrency."""
-    rate: float = 1.0
-    """Sessions per second for ``poisson``."""
-    concurrency: int = 0
-    """Sessions in flight for ``concurrent``; for isolated mode, requests in flight (0 = as many
-    as there are sessions)."""
-    time_scale: float = 1.0
-    """Multiplies trace start times and turn gaps (0.5 runs the trace twice as fast)."""
-    vocab_size: int = 1024
-    """Token ids of materialised prompts are drawn from ``[0, vocab_size)`` (``tokens`` format)."""
-    engine_block_size: int = 128
-    """The server's KV block size, for the ideal cached tokens of each record."""
-    workload_block_size: int = 512
-    """Block size of hash-only traces (512 for Mooncake)."""
-    tokenizer: str | None = None
-    """Tokenizer path for SWE-agent trajectories, and the words of ``text`` prompts."""
-    prompt_format: Literal["tokens", "text"] = "tokens"
-    """How hash-only turns are sent to ``/v1/completions``: ``tokens``, a token-id list; ``text``, a
-    string of one word per token, each after a space (words from ``tokenizer`` when given, then
-    exact: the server sees the chain's tokens plus its tokenizer's special tokens)."""
-    session_header: str | None = "x-session-id"
-    """Header carrying the session id on every request of session mode (None: none). Isolated mode
-    never sends it."""
-    ignore_eos: bool = True
-    max_sessions: int | None = None
-    """Run only the first N sessions of the workload."""
-    seed: int = 0
-    """Seeds the isolated-mode shuffle and Poisson arrivals."""
-    retry: RetryPolicy = RetryPolicy()
-    scrape_metrics: bool = True
-    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
-    """``auto``: uvloop when installed (about twice the requests per core), else asyncio's."""
-    label: str | None = None
+    backends: tuple[str, ...] = opt(
+        help="base URL of an OpenAI-compatible server (repeat for several; sessions go round "
+        "robin)",
+        flags=("--backend", "--target"), metavar="URL", parse=_base_url, formerly=("targets",),
+    )  # fmt: skip
+    workload: str = opt(
+        "synthetic",
+        help="workload: a kvharness workload file, SWE-agent .traj file/folder, Mooncake "
+        "hash_ids JSONL, or synthetic[:k=v,...] (as load_workload takes it)",
+        flags=("--workload", "-w"), metavar="SPEC",
+    )  # fmt: skip
+    mode: Mode = opt(
+        "session",
+        help="session: turns in order with their gaps; isolated: the same turns as independent "
+        "shuffled requests (a chat benchmark's view)",
+        cli=False,
+    )
+    model: str | None = opt(
+        None, help="model name to send", default_means="the first one the first backend lists"
+    )
+    arrival: Literal["workload", "trace", "poisson", "concurrent"] = opt(
+        "workload",
+        help="how sessions start: the workload's own arrival, trace times, Poisson or fixed "
+        "concurrency",
+        cli=False,
+    )
+    rate: float = opt(
+        1.0,
+        help="start sessions as a Poisson process of R sessions/s",
+        metavar="R", lo=0.0, above=True, cli=False,
+    )  # fmt: skip
+    concurrency: int = opt(
+        0,
+        help="keep N sessions in flight (isolated mode: N requests in flight; not given (0): as "
+        "many as there are sessions)",
+        metavar="N", lo=1, cli=False,
+    )  # fmt: skip
+    time_scale: float = opt(
+        1.0,
+        help="multiply start times and gaps by X (0.5 = twice as fast)",
+        metavar="X", lo=0.0, above=True,
+    )  # fmt: skip
+    max_sessions: int | None = opt(
+        None, help="run only the workload's first N sessions", metavar="N", lo=1,
+        default_means="all",
+    )  # fmt: skip
+    vocab_size: int = opt(
+        1024,
+        help="token ids of materialised prompts lie in [0, V); any model with at least V tokens "
+        "serves them",
+        metavar="V", lo=1, hi=1 << 31,
+    )  # fmt: skip
+    engine_block_size: int = opt(
+        128,
+        help="the server's KV block size in tokens, for ideal cached tokens",
+        metavar="B", lo=1, hi=BLOCK_SIZE_MAX,
+    )  # fmt: skip
+    workload_block_size: int = opt(
+        512,
+        help="block size of hash_ids traces (512 is Mooncake's)",
+        metavar="B", lo=1, hi=BLOCK_SIZE_MAX,
+    )  # fmt: skip
+    tokenizer: str | None = opt(
+        None,
+        help="the served model's tokenizer (tokenizer.json or its folder): tokenises SWE-agent "
+        "trajectories, and picks the words of --prompt-format text",
+        metavar="PATH",
+    )
+    prompt_format: Literal["tokens", "text"] = opt(
+        "tokens",
+        help="how hash-only turns (Mooncake, synthetic) go to /v1/completions: tokens, a list "
+        "of token ids; text, a string of one word per token, each after a space, for servers "
+        "and routers that take text only (e.g. sglang-router). With --tokenizer the words are "
+        "vocabulary entries verified to be one token each, so the server sees exactly the "
+        "workload's tokens plus its tokenizer's BOS and ideal cached tokens stay exact; without "
+        "it a built-in word list is used and the ideal is approximate",
+    )
+    session_header: str | None = opt(
+        "x-session-id",
+        help="HTTP header carrying the session id on every request of session mode, for "
+        "session-aware routers (isolated mode never sends it)",
+        metavar="NAME", off_flag="--no-session-header", off_help="send no session header",
+    )  # fmt: skip
+    ignore_eos: bool = opt(
+        True,
+        help="send ignore_eos, so each turn generates its recorded output length; turn it off "
+        "for servers that reject it",
+        flags=("--no-ignore-eos",),
+    )
+    seed: int = opt(0, help="seed of the isolated-mode shuffle and of Poisson arrivals")
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    scrape_metrics: bool = opt(
+        True,
+        help="scrape the backends' Prometheus /metrics before and after each pass",
+        flags=("--no-metrics",),
+    )
+    event_loop: Literal["auto", "asyncio", "uvloop"] = opt(
+        "auto",
+        help="event loop: auto, uvloop when installed (about twice the requests per core), "
+        "else asyncio's; or either one",
+    )
+    label: str | None = opt(None, help="name of the run in reports", default_means="the mode")
     started_at: float = 0.0
     """Unix time the run started (records' times are seconds from it, resumes included)."""
+
+    def __post_init__(self) -> None:
+        for url in self.backends:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"backend {url!r} is not an http(s):// URL")

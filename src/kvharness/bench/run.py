@@ -12,6 +12,7 @@ Run directory (see :mod:`kvharness.report.io`)::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import json
 import time
@@ -29,6 +30,7 @@ from kvharness.bench.progress import live_progress
 from kvharness.bench.runner import Counts, Runner, finished_turns
 from kvharness.bench.transport import HttpTransport
 from kvharness.bench.words import PromptWords, prompt_words
+from kvharness.configs import from_json, to_json_dict
 from kvharness.errors import UserError
 from kvharness.files import read_json, replacing
 from kvharness.report.io import write_run_report
@@ -90,29 +92,33 @@ def load_bench_workload(cfg: BenchConfig) -> Workload:
     return w
 
 
-def discover_model(target: str) -> str:
+def discover_model(backend: str) -> str:
     """The first model a server lists at /v1/models."""
     try:
-        return blocking.run(lambda c: vllm.first_model(c, target))
+        return blocking.run(lambda c: vllm.first_model(c, backend))
     except WireError as err:
-        raise UserError(f"cannot list models at {target}/v1/models ({err}); pass --model") from None
+        raise UserError(
+            f"cannot list models at {backend}/v1/models ({err}); pass --model"
+        ) from None
 
 
-def reset_prefix_cache(target: str) -> bool:
+def reset_prefix_cache(backend: str) -> bool:
     """Ask a vLLM server to drop its prefix cache (POST /reset_prefix_cache, a vLLM dev-mode
     endpoint); False when the server does not offer it."""
-    return blocking.run(lambda c: vllm.reset_prefix_cache(c, target))
+    return blocking.run(lambda c: vllm.reset_prefix_cache(c, backend))
 
 
 def _save_config(run_dir: Path, cfg: BenchConfig) -> None:
+    data = msgspec.json.encode(to_json_dict(cfg))
     with replacing(run_dir / CONFIG) as tmp:
-        tmp.write_bytes(msgspec.json.format(msgspec.json.encode(cfg), indent=2) + b"\n")
+        tmp.write_bytes(msgspec.json.format(data, indent=2) + b"\n")
 
 
 def load_config(run_dir: Path) -> BenchConfig:
+    """The configuration saved in ``run_dir`` (one written by an older version too)."""
     path = run_dir / CONFIG
     try:
-        return msgspec.json.decode(path.read_bytes(), type=BenchConfig)
+        return from_json(BenchConfig, path.read_bytes())
     except FileNotFoundError:
         raise UserError(f"{run_dir} is not a bench run directory (no {CONFIG})") from None
     except msgspec.DecodeError as err:
@@ -146,12 +152,12 @@ async def _run(
         return perf() - origin
 
     gaps: array[float] = array("d")
-    scraper = Client(connect_timeout_s=cfg.retry.connect_timeout)
-    before = await scrape.scrape_all(scraper, cfg.targets) if cfg.scrape_metrics else {}
+    scraper = Client(connect_timeout_s=cfg.retry.connect_timeout_s)
+    before = await scrape.scrape_all(scraper, cfg.backends) if cfg.scrape_metrics else {}
     transport = HttpTransport(
         clock,
-        timeout_s=cfg.retry.timeout,
-        connect_timeout_s=cfg.retry.connect_timeout,
+        timeout_s=cfg.retry.timeout_s,
+        connect_timeout_s=cfg.retry.connect_timeout_s,
         gaps=gaps,
         session_header=cfg.session_header if cfg.mode == "session" else None,
     )
@@ -174,7 +180,7 @@ async def _run(
                 runner.counts.cpu_s = time.process_time() - cpu0
     finally:
         await transport.close()
-    after = await scrape.scrape_all(scraper, cfg.targets) if cfg.scrape_metrics else {}
+    after = await scrape.scrape_all(scraper, cfg.backends) if cfg.scrape_metrics else {}
     scraper.close()
     server = {"before": before, "after": after, "delta": scrape.delta(before, after)}
     return runner.counts, server, gaps
@@ -196,7 +202,7 @@ def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 def _write_report(run_dir: Path, cfg: BenchConfig, workload: Workload) -> Summary:
     expected = {s.id: len(s.turns) for s in workload.sessions}
-    config = msgspec.to_builtins(cfg)
+    config = to_json_dict(cfg)
     config["label"] = cfg.label or cfg.mode
     return write_run_report(run_dir, None, config, expected_turns=expected)
 
@@ -211,12 +217,12 @@ def run_bench(
 ) -> BenchResult:
     """Run (or with ``resume``, continue) a bench pass into ``run_dir`` and write its report.
 
-    ``cfg.model`` None is resolved from the first target. Faults do not raise: the result counts
+    ``cfg.model`` None is resolved from the first backend. Faults do not raise: the result counts
     them (see :meth:`BenchResult.failure_line`).
     """
     run_dir = Path(run_dir)
     if resume:
-        cfg = msgspec.structs.replace(load_config(run_dir), targets=cfg.targets)
+        cfg = dataclasses.replace(load_config(run_dir), backends=cfg.backends)
     workload = workload or load_bench_workload(cfg)
     # Text prompts' words first: a tokenizer that offers too few fails before the run starts.
     words = prompt_words(cfg.tokenizer) if cfg.prompt_format == "text" else None
@@ -229,8 +235,8 @@ def run_bench(
         run_dir.mkdir(parents=True, exist_ok=True)
         previous = []
         if cfg.model is None:
-            cfg = msgspec.structs.replace(cfg, model=discover_model(cfg.targets[0]))
-        cfg = msgspec.structs.replace(cfg, started_at=time.time())
+            cfg = dataclasses.replace(cfg, model=discover_model(cfg.backends[0]))
+        cfg = dataclasses.replace(cfg, started_at=time.time())
         _save_config(run_dir, cfg)
     with asyncio.Runner(loop_factory=_loop_factory(cfg.event_loop)) as runner:
         counts, server, gaps = runner.run(_run(cfg, workload, run_dir, previous, progress, words))

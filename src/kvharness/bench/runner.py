@@ -60,7 +60,7 @@ def resolve_arrival(cfg: BenchConfig, workload: Workload) -> Arrival:
 class Runner:
     """Runs turns not yet in ``finished`` ((session id, turn index) pairs) and writes records.
 
-    ``clock()`` returns seconds on the run's clock; ``targets`` are base URLs.
+    ``clock()`` returns seconds on the run's clock; ``backends`` are base URLs.
     """
 
     def __init__(
@@ -100,9 +100,9 @@ class Runner:
 
     # -- shared pieces -------------------------------------------------------------------------
 
-    def _next_target(self) -> str:
-        targets = self.cfg.targets
-        t = targets[self._rr % len(targets)]
+    def _next_backend(self) -> str:
+        backends = self.cfg.backends
+        t = backends[self._rr % len(backends)]
         self._rr += 1
         return t
 
@@ -119,14 +119,14 @@ class Runner:
         return h
 
     async def run_turn(
-        self, s: Session, index: int, intended: float, target: str, session: str | None = None
+        self, s: Session, index: int, intended: float, backend: str, session: str | None = None
     ) -> float | None:
         """Send turn ``index`` of ``s`` (retrying per policy); its ``done`` time, or None if the
         session must be abandoned. ``session``: the session id to send in the session header
         (None: no header)."""
         turn = s.turns[index]
         path, body = self.builder.request(s, index, self._history_of(s))
-        url = target + path
+        url = backend + path
         hit = self.ideal.visit(turn.input)
         k = self._special if turn.messages is None else 0
         ideal = engine_cached_tokens(
@@ -145,7 +145,7 @@ class Runner:
                 TurnRecord(
                     session=s.id,
                     turn=index,
-                    replica=target,
+                    replica=backend,
                     intended=intended,
                     sent=sent,
                     first_token=out.first_token,
@@ -168,7 +168,7 @@ class Runner:
             attempt += 1
             if not out.retryable or attempt >= retry.max_attempts:
                 return None
-            intended = self.clock() + retry.backoff * 2 ** (attempt - 1)
+            intended = self.clock() + retry.backoff_s * 2 ** (attempt - 1)
 
     # -- session mode --------------------------------------------------------------------------
 
@@ -179,17 +179,17 @@ class Runner:
         return i
 
     async def run_session(self, s: Session, start: float, first: int) -> None:
-        """Turns ``first..`` of ``s``, the first intended at ``start``; one target for all."""
+        """Turns ``first..`` of ``s``, the first intended at ``start``; one backend for all."""
         counts = self.counts
         counts.sessions_active += 1
-        target = self._next_target()
+        backend = self._next_backend()
         sid = s.id if self.cfg.session_header else None
         intended = done = start
         try:
             for i in range(first, len(s.turns)):
                 if i > first:
                     intended = done + s.turns[i].gap * self.cfg.time_scale
-                result = await self.run_turn(s, i, intended, target, sid)
+                result = await self.run_turn(s, i, intended, backend, sid)
                 if result is None:
                     counts.sessions_abandoned += 1
                     return
@@ -243,7 +243,7 @@ class Runner:
         async def worker() -> None:
             while items:
                 s, i = items.pop()
-                await self.run_turn(s, i, self.clock(), self._next_target())
+                await self.run_turn(s, i, self.clock(), self._next_backend())
 
         await asyncio.gather(*(worker() for _ in range(max(1, min(width, len(items))))))
 

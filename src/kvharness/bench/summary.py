@@ -1,69 +1,20 @@
-"""What ``kvharness bench`` prints: the report's tables when :mod:`kvharness.report` is there, and
-always a few client-side figures computed here from the records (send lag, mean TTFT, cache)."""
+"""What ``kvharness bench`` prints: the report's tables, a few client-side figures, and the
+servers' own prefix-cache counters. Every figure is the report's (:mod:`kvharness.report.metrics`
+defines them); this module only lays them out."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
-import numpy as np
-import numpy.typing as npt
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from kvharness.bench import scrape
+from kvharness.report.metrics import Summary, summarise
 from kvharness.report.records import TurnRecord
 
-__all__ = ["QuickStats", "quick_stats", "render_result", "render_side_by_side"]
-
-
-class QuickStats(NamedTuple):
-    """Figures over successful attempts (seconds; ratios of prompt tokens); lag over all."""
-
-    turns_ok: int
-    attempts_failed: int
-    ttft_mean: float | None
-    ttft_p50: float | None
-    ttft_p99: float | None
-    e2e_mean: float | None
-    ttft_intended_p50: float | None
-    """TTFT measured from when the turn should have gone out (coordinated-omission free)."""
-    ttft_intended_p99: float | None
-    cached_ratio: float | None
-    ideal_ratio: float | None
-    lag_p50: float | None
-    lag_p99: float | None
-    lag_max: float | None
-
-
-def _pct(a: npt.NDArray[np.float64], q: float) -> float | None:
-    return float(np.percentile(a, q)) if a.size else None
-
-
-def quick_stats(records: Sequence[TurnRecord]) -> QuickStats:
-    ok = [r for r in records if r.ok]
-    ttft = np.array([r.first_token - r.sent for r in ok if r.first_token is not None])
-    e2e = np.array([r.done - r.sent for r in ok if r.done is not None])
-    ttft_i = np.array([r.first_token - r.intended for r in ok if r.first_token is not None])
-    lag = np.array([r.sent - r.intended for r in records])
-    rep = [r for r in ok if r.cached_tokens is not None]
-    prompt = sum(r.prompt_tokens for r in rep)
-    return QuickStats(
-        turns_ok=len(ok),
-        attempts_failed=len(records) - len(ok),
-        ttft_mean=float(ttft.mean()) if ttft.size else None,
-        ttft_p50=_pct(ttft, 50),
-        ttft_p99=_pct(ttft, 99),
-        e2e_mean=float(e2e.mean()) if e2e.size else None,
-        ttft_intended_p50=_pct(ttft_i, 50),
-        ttft_intended_p99=_pct(ttft_i, 99),
-        cached_ratio=sum(r.cached_tokens or 0 for r in rep) / prompt if prompt else None,
-        ideal_ratio=sum(r.ideal_cached_tokens for r in rep) / prompt if prompt else None,
-        lag_p50=_pct(lag, 50),
-        lag_p99=_pct(lag, 99),
-        lag_max=float(lag.max()) if lag.size else None,
-    )
+__all__ = ["client_figures", "render_result", "render_side_by_side"]
 
 
 def _ms(v: float | None) -> str:
@@ -74,28 +25,37 @@ def _ratio(v: float | None) -> str:
     return "-" if v is None else f"{v * 100:.1f}%"
 
 
-def _client_table(labels: Sequence[str], stats: Sequence[QuickStats]) -> Table:
+ROWS: tuple[tuple[str, Callable[[Summary], str]], ...] = (
+    ("turns ok", lambda s: str(s.turns_ok)),
+    ("failed attempts", lambda s: str(s.records - s.turns_ok)),
+    ("TTFT mean", lambda s: _ms(s.ttft.mean)),
+    ("TTFT p50", lambda s: _ms(s.ttft.p50)),
+    ("TTFT p99", lambda s: _ms(s.ttft.p99)),
+    ("TTFT from intended p50", lambda s: _ms(s.ttft_intended.p50)),
+    ("TTFT from intended p99", lambda s: _ms(s.ttft_intended.p99)),
+    ("end-to-end mean", lambda s: _ms(s.e2e.mean)),
+    ("cached / prompt tokens", lambda s: _ratio(s.cache.achieved_ratio)),
+    ("ideal cached / prompt", lambda s: _ratio(s.cache.ideal_ratio)),
+    ("send lag p50", lambda s: _ms(s.lag.p50)),
+    ("send lag p99", lambda s: _ms(s.lag.p99)),
+    ("send lag max", lambda s: _ms(s.lag.max)),
+)
+"""The client-side table's rows: label, and the Summary figure it shows."""
+
+
+def client_figures(records: Sequence[TurnRecord], summary: Summary | None) -> Summary:
+    """The run's Summary: ``summary`` when the report was written, else computed from the
+    records (the figures of the client table do not depend on the deadline)."""
+    return summary if summary is not None else summarise(records)
+
+
+def _client_table(labels: Sequence[str], summaries: Sequence[Summary]) -> Table:
     t = Table(title="Client-side figures", title_justify="left")
     t.add_column("")
     for label in labels:
         t.add_column(label, justify="right")
-    rows: list[tuple[str, Callable[[QuickStats], str]]] = [
-        ("turns ok", lambda s: str(s.turns_ok)),
-        ("failed attempts", lambda s: str(s.attempts_failed)),
-        ("TTFT mean", lambda s: _ms(s.ttft_mean)),
-        ("TTFT p50", lambda s: _ms(s.ttft_p50)),
-        ("TTFT p99", lambda s: _ms(s.ttft_p99)),
-        ("TTFT from intended p50", lambda s: _ms(s.ttft_intended_p50)),
-        ("TTFT from intended p99", lambda s: _ms(s.ttft_intended_p99)),
-        ("end-to-end mean", lambda s: _ms(s.e2e_mean)),
-        ("cached / prompt tokens", lambda s: _ratio(s.cached_ratio)),
-        ("ideal cached / prompt", lambda s: _ratio(s.ideal_ratio)),
-        ("send lag p50", lambda s: _ms(s.lag_p50)),
-        ("send lag p99", lambda s: _ms(s.lag_p99)),
-        ("send lag max", lambda s: _ms(s.lag_max)),
-    ]
-    for name, get in rows:
-        t.add_row(name, *(get(s) for s in stats))
+    for name, get in ROWS:
+        t.add_row(name, *(get(s) for s in summaries))
     return t
 
 
@@ -110,15 +70,15 @@ def _server_line(server: dict[str, dict[str, float]]) -> Text:
     )
 
 
-def render_result(label: str, records: Sequence[TurnRecord], summary: object,
+def render_result(label: str, records: Sequence[TurnRecord], summary: Summary | None,
                   server: dict[str, dict[str, float]]) -> RenderableType:  # fmt: skip
-    """One run: the report's summary tables (if available), client figures, server counters."""
+    """One run: the report's summary tables (when written), client figures, server counters."""
     parts: list[RenderableType] = []
     if summary is not None:
         from kvharness.report.table import render_summary
 
-        parts.append(render_summary(summary))  # type: ignore[arg-type]
-    parts.append(_client_table([label], [quick_stats(records)]))
+        parts.append(render_summary(summary))
+    parts.append(_client_table([label], [client_figures(records, summary)]))
     parts.append(_server_line(server))
     return Group(*parts)
 
@@ -126,26 +86,27 @@ def render_result(label: str, records: Sequence[TurnRecord], summary: object,
 def render_side_by_side(
     labels: Sequence[str],
     records: Sequence[Sequence[TurnRecord]],
-    summaries: Sequence[object],
+    summaries: Sequence[Summary | None],
     servers: Sequence[dict[str, dict[str, float]]],
 ) -> RenderableType:
     """Session and isolated runs side by side, with the differences an agent team should see."""
     parts: list[RenderableType] = []
-    if all(s is not None for s in summaries):
+    written = [s for s in summaries if s is not None]
+    if len(written) == len(summaries):
         from kvharness.report.table import render_comparison
 
-        parts.append(render_comparison(summaries))  # type: ignore[arg-type]
-    stats = [quick_stats(r) for r in records]
+        parts.append(render_comparison(written))
+    stats = [client_figures(r, s) for r, s in zip(records, summaries, strict=True)]
     parts.append(_client_table(labels, stats))
     for label, server in zip(labels, servers, strict=True):
         parts.append(Text.assemble(f"{label}: ", _server_line(server)))
     a, b = stats[0], stats[-1]
-    if a.ttft_mean is not None and b.ttft_mean is not None:
+    if a.ttft.mean is not None and b.ttft.mean is not None:
         parts.append(
             Text(
-                f"{labels[-1]} vs {labels[0]}: mean TTFT {_ms(b.ttft_mean)} vs {_ms(a.ttft_mean)} "
-                f"({(b.ttft_mean - a.ttft_mean) * 1000:+.1f} ms); cached ratio "
-                f"{_ratio(b.cached_ratio)} vs {_ratio(a.cached_ratio)}",
+                f"{labels[-1]} vs {labels[0]}: mean TTFT {_ms(b.ttft.mean)} vs {_ms(a.ttft.mean)} "
+                f"({(b.ttft.mean - a.ttft.mean) * 1000:+.1f} ms); cached ratio "
+                f"{_ratio(b.cache.achieved_ratio)} vs {_ratio(a.cache.achieved_ratio)}",
                 style="bold",
             )
         )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
+from kvharness.configs import BLOCK_SIZE_MAX
 from kvharness.errors import UserError
 
 __all__ = [
@@ -29,9 +30,6 @@ __all__ = [
     "positive_float",
     "positive_int",
 ]
-
-BLOCK_SIZE_MAX = 1 << 20
-"""Largest KV block size (tokens) any option accepts."""
 
 
 class OneLineParser(argparse.ArgumentParser):

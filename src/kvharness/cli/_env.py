@@ -1,13 +1,13 @@
 """`kvharness env`: coding-agent RL environments.
 
-``kvharness env run --endpoint URL --tasks SUITE --out DIR``: run agent episodes over a suite
-against an OpenAI-compatible endpoint and write ``DIR/workload.jsonl`` (the model calls as a
+``kvharness env run --backend URL --tasks SUITE --out DIR``: run agent episodes over a suite
+against an OpenAI-compatible server and write ``DIR/workload.jsonl`` (the model calls as a
 kvharness workload, for ``workload stats``, ``sim`` and ``bench``), ``DIR/rollouts.jsonl`` (full
 trajectories, rewards, submissions, timings; appended as episodes finish) and ``DIR/config.json``
 (the resolved options).
 
 ``kvharness env run --resume DIR``: continue an interrupted run with the options in
-``DIR/config.json`` (``--endpoint`` may point it elsewhere): the episodes already in
+``DIR/config.json`` (``--backend`` may point it elsewhere): the episodes already in
 ``DIR/rollouts.jsonl`` are kept (a torn last line is cut off), the others are run and appended,
 and ``DIR/workload.jsonl`` is written for them all.
 """
@@ -84,12 +84,16 @@ def _register_run(sub: Any) -> None:
 
     p = sub.add_parser(
         "run",
-        help="run agent episodes over a task suite against a chat endpoint; record the rollouts",
+        help="run agent episodes over a task suite against a chat server; record the rollouts",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--endpoint", help="OpenAI-compatible base URL (http://host:port); required unless --resume"
+        "--backend",
+        "--endpoint",
+        dest="backend",
+        metavar="URL",
+        help="OpenAI-compatible server's base URL (http://host:port); required unless --resume",
     )
     p.add_argument(
         "--tasks",
@@ -126,8 +130,8 @@ def _register_run(sub: Any) -> None:
     p.add_argument(
         "--concurrency", type=positive_int, default=4, help="episodes in flight (default: 4)"
     )
-    p.add_argument("--model", default=None, help="model name (default: the endpoint's first)")
-    p.add_argument("--api-key", default=None, help="bearer token for the endpoint")
+    p.add_argument("--model", default=None, help="model name (default: the backend's first)")
+    p.add_argument("--api-key", default=None, help="bearer token for the backend")
     p.add_argument(
         "--max-tokens",
         type=positive_int,
@@ -167,9 +171,9 @@ def _register_run(sub: Any) -> None:
     p.add_argument(
         "--tokenizer",
         default="auto",
-        help="how the workload's prompts are tokenised: 'server' (the endpoint's own /tokenize, "
+        help="how the workload's prompts are tokenised: 'server' (the backend's own /tokenize, "
         "as vLLM serves it: the exact prompt the engine saw), a tokenizer.json or its folder, "
-        "'approx' (built-in approximation), or 'auto' (server when the endpoint has /tokenize, "
+        "'approx' (built-in approximation), or 'auto' (server when the backend has /tokenize, "
         "else approx; the default)",
     )
     p.add_argument(
@@ -206,7 +210,8 @@ ROLLOUTS = "rollouts.jsonl"
 
 
 def _resumed(args: argparse.Namespace) -> argparse.Namespace:
-    """The options a run in ``args.resume`` was started with (``--endpoint`` may override)."""
+    """The options a run in ``args.resume`` was started with (``--backend`` may override); a
+    config.json from before ``--endpoint`` was renamed has ``endpoint`` for ``backend``."""
     root: Path = args.resume
     if args.out is not None:
         raise UserError(
@@ -220,17 +225,19 @@ def _resumed(args: argparse.Namespace) -> argparse.Namespace:
         saved = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not a JSON object ({err})") from None
-    if not isinstance(saved, dict) or not {"endpoint", "tasks"} <= saved.keys():
-        raise UserError(f"{path}: not the config of an env run (no endpoint and tasks)")
+    if isinstance(saved, dict) and "backend" not in saved and "endpoint" in saved:
+        saved["backend"] = saved.pop("endpoint")
+    if not isinstance(saved, dict) or not {"backend", "tasks"} <= saved.keys():
+        raise UserError(f"{path}: not the config of an env run (no backend and tasks)")
     merged = {**vars(args), **{k: v for k, v in saved.items() if k in vars(args)}}
     merged.update(out=root, resume=root, tasks=Path(saved["tasks"]))
-    if args.endpoint is not None:
-        merged["endpoint"] = args.endpoint
+    if args.backend is not None:
+        merged["backend"] = args.backend
     return argparse.Namespace(**merged)
 
 
 def _check_new(args: argparse.Namespace) -> None:
-    missing = [f"--{n}" for n in ("endpoint", "tasks", "out") if getattr(args, n) is None]
+    missing = [f"--{n}" for n in ("backend", "tasks", "out") if getattr(args, n) is None]
     if missing:
         raise UserError(f"give {', '.join(missing)} (or --resume DIR to continue a run)")
     output_dir(args.out, "--out")
@@ -293,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def go() -> tuple[list[EpisodeResult], float, list[list[list[int]]] | None]:
         async with ChatClient(
-            args.endpoint,
+            args.backend,
             args.model,
             max_tokens=args.max_tokens,
             temperature=args.temperature,
@@ -327,14 +334,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         rollouts.close()
     if tokenizer is None and prompt_ids is None:
-        print("the endpoint has no /tokenize: prompts tokenised approximately", file=sys.stderr)
+        print("the backend has no /tokenize: prompts tokenised approximately", file=sys.stderr)
         tokenizer = load_tokenizer(None)
     workload = to_workload(
         episodes,
         tokenizer,
         block_size=args.block_size,
         name=f"env-{args.agent}",
-        meta={"agent": args.agent, "endpoint": args.endpoint, "suite": str(args.tasks)},
+        meta={"agent": args.agent, "backend": args.backend, "suite": str(args.tasks)},
         prompt_ids=prompt_ids,
     )
     save(workload, out / "workload.jsonl")

@@ -35,155 +35,20 @@ def register(subparsers: Any) -> None:
     status.add_argument("--json", action="store_true", help="print the raw /status JSON and exit")
     status.set_defaults(func=run_status)
 
-    a = parser.add_argument
-    a(
-        "--backend",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="an engine replica's base URL (repeat for each replica)",
-    )
-    a("--policy", default="agent_aware", choices=available_policies(), help="routing policy")
-    a(
-        "--policy-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a policy constructor argument (VALUE parsed as JSON, else a string); repeatable",
-    )
-    a("--host", default="127.0.0.1", help="address to listen on")
-    a("--port", type=int, default=8080, help="port to listen on (0: any free port)")
-    a(
-        "--tokenizer",
-        metavar="DIR",
-        help="the served model's directory (tokenizer.json and chat template), to hash prompts "
-        "exactly as the engines tokenise them; without it prompts are hashed approximately "
-        "and KV events cannot be matched to text prompts",
-    )
-    a("--chat-template", metavar="FILE", help="Jinja chat template overriding the model's")
-    a(
-        "--block-size",
-        type=int,
-        help="engine KV block size, tokens (default: from /metrics, else 16)",
-    )
-    a(
-        "--capacity-blocks",
-        type=int,
-        help="KV blocks per replica (default: from the replicas' /metrics, else 10000)",
-    )
-    a(
-        "--kv-events",
-        action="append",
-        default=[],
-        metavar="URL=ENDPOINT",
-        help="subscribe to a backend's vLLM KV events; ENDPOINT as given to vLLM's "
-        "--kv-events-config (tcp://*:PORT: vLLM binds, the gateway connects to the backend's "
-        "host; tcp://HOST:PORT: vLLM connects, the gateway binds)",
-    )
-    a(
-        "--kv-replay",
-        action="append",
-        default=[],
-        metavar="URL=ENDPOINT",
-        help="a backend's vLLM KV-event replay endpoint, used to recover lost events",
-    )
-    a("--kv-topic", default="", help="KV-event topic to subscribe to (default: all)")
-    a(
-        "--lru-blocks",
-        type=int,
-        help="for backends without KV events: blocks assumed cached per replica (default: unbounded)",
-    )
-    a(
-        "--max-queue",
-        type=int,
-        default=256,
-        help="requests in flight per replica before it counts as full; all full -> 429",
-    )
-    a("--retry-after", type=float, default=1.0, help="Retry-After seconds sent with a 429")
-    a(
-        "--max-attempts",
-        type=int,
-        default=3,
-        help="replicas tried per request when one fails before answering",
-    )
-    a("--health-interval", type=float, default=2.0, help="seconds between health checks")
-    a(
-        "--unhealthy-after",
-        type=int,
-        default=2,
-        help="failed health checks in a row that take a replica out",
-    )
-    a(
-        "--read-timeout",
-        type=float,
-        default=600.0,
-        help="longest silence from a replica while it answers, seconds; past it the client gets "
-        "504 (default 600; 0: wait forever)",
-    )
-    a(
-        "--client-timeout",
-        type=float,
-        default=15.0,
-        help="seconds a client has to send a request's head (from connecting or its previous "
-        "answer; idle keep-alive connections close after it too) and longest silence within "
-        "its body (else 408)",
-    )
-    a(
-        "--max-body-bytes",
-        type=int,
-        default=64 * 1024 * 1024,
-        help="largest request body taken, bytes; larger -> 413 (default 64 MiB)",
-    )
-    a(
-        "--max-buffered-bytes",
-        type=int,
-        default=256 * 1024 * 1024,
-        help="request-body bytes held at once over all requests; a body that does not fit -> "
-        "503 with Retry-After (default 256 MiB)",
-    )
-    a(
+    from kvharness.cli._config_args import add_options
+    from kvharness.gateway.config import GatewayConfig
+
+    add_options(parser, GatewayConfig, overrides={"policy": {"choices": available_policies()}})
+    parser.add_argument(
         "--api-key-file",
         metavar="FILE",
         help="require the key in FILE (its first line) as 'Authorization: Bearer KEY' or "
         f"'x-api-key: KEY' on every endpoint but /health; without it the key is read from ${KEY_ENV} "
         "when set (a key is never taken on the command line, where other users can read it)",
     )
-    a(
-        "--forward-client-auth",
-        action="store_true",
-        help="with an API key: still send the client's Authorization and x-api-key headers on "
-        "to the replicas (by default the gateway's key stops at the gateway)",
+    parser.add_argument(
+        "--log-level", default="WARNING", help="logging level (DEBUG, INFO, WARNING...)"
     )
-    a(
-        "--session-header",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="request header naming the agent session (default: x-session-id)",
-    )
-    a(
-        "--scrape-interval",
-        type=float,
-        default=0.0,
-        help="seconds between reads of each replica's vLLM /metrics (queued requests, KV usage); "
-        "0: off, load is then the gateway's own count of requests in flight",
-    )
-    a(
-        "--verify-hashing-every",
-        type=int,
-        default=0,
-        help="check every n-th incremental tokenisation against a full one (0: never)",
-    )
-    a(
-        "--forward-token-ids",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="send text completion prompts to the replicas as the token ids the gateway "
-        "computed, so the engines skip tokenising them again (default: on with --tokenizer; a "
-        "replica gets ids only once its /tokenize agrees with the gateway's tokenizer, the "
-        "others get text)",
-    )
-    a("--log-level", default="WARNING", help="logging level (DEBUG, INFO, WARNING...)")  # fmt: skip
 
 
 def _options(pairs: list[str]) -> dict[str, Any]:
@@ -196,11 +61,10 @@ def _options(pairs: list[str]) -> dict[str, Any]:
 
 
 def build_config(args: argparse.Namespace) -> Any:
+    from kvharness.cli._config_args import config_from_args
     from kvharness.gateway.config import GatewayConfig
     from kvharness.gateway.kv_events import event_endpoint_mode, parse_event_specs
 
-    if not args.backend:
-        raise UserError("give at least one --backend URL")
     if args.forward_token_ids and args.tokenizer is None:
         raise UserError("--forward-token-ids needs the engines' tokenizer: add --tokenizer DIR")
     api_key = _api_key(args.api_key_file)
@@ -209,41 +73,18 @@ def build_config(args: argparse.Namespace) -> Any:
     try:
         events = parse_event_specs(args.kv_events, "--kv-events")
         replays = parse_event_specs(args.kv_replay, "--kv-replay")
-        backends = tuple(b.rstrip("/") for b in args.backend)
         for url, endpoint in [*events.items(), *replays.items()]:
             event_endpoint_mode(endpoint, url)
-        return GatewayConfig(
-            backends=backends,
-            policy=args.policy,
-            policy_options=_options(args.policy_option),
-            host=args.host,
-            port=args.port,
-            tokenizer=args.tokenizer,
-            chat_template=args.chat_template,
-            block_size=args.block_size,
-            capacity_blocks=args.capacity_blocks,
-            kv_events=events,
-            kv_replay=replays,
-            kv_topic=args.kv_topic,
-            lru_blocks=args.lru_blocks,
-            max_queue=args.max_queue,
-            retry_after_s=args.retry_after,
-            max_attempts=args.max_attempts,
-            health_interval_s=args.health_interval,
-            unhealthy_after=args.unhealthy_after,
-            read_timeout_s=args.read_timeout or None,
-            client_timeout_s=args.client_timeout,
-            max_body_bytes=args.max_body_bytes,
-            max_buffered_bytes=args.max_buffered_bytes,
-            api_key=api_key,
-            forward_client_auth=args.forward_client_auth,
-            session_headers=tuple(h.lower() for h in args.session_header) or ("x-session-id",),
-            scrape_interval_s=args.scrape_interval,
-            verify_hashing_every=args.verify_hashing_every,
-            forward_token_ids=args.forward_token_ids is not False,
-        )
     except ValueError as err:
         raise UserError(str(err)) from None
+    return config_from_args(
+        GatewayConfig,
+        args,
+        policy_options=_options(args.policy_options),
+        kv_events=events,
+        kv_replay=replays,
+        api_key=api_key,
+    )
 
 
 def _api_key(path: str | None) -> str | None:

@@ -15,7 +15,7 @@ see ``grading.py``) and scores it in [0, 1]; the episode's reward over its submi
 * ``reward``: the change in episode reward this step caused (non-zero only on a graded
   ``submit``); an episode's step rewards sum to its episode reward (``reward.py``).
 * ``terminated``: the task is solved (score 1.0, when ``stop_on_solve``) or the submission budget
-  is spent. ``truncated``: the step budget (or ``max_seconds``) ran out first.
+  is spent. ``truncated``: the step budget (or ``max_wall_s``) ran out first.
 * ``info``: ``step``, ``tool``, ``duration_s`` (tool time), ``error`` (None or the message),
   ``submissions``, ``episode_reward``; on a graded submit also ``score`` and ``grade`` (the grader's
   result).
@@ -71,7 +71,7 @@ class EnvConfig:
     """Budgets and limits of an episode.
 
     ``max_steps``: actions per episode (then truncated). ``max_submissions``: graded submits
-    (then terminated). ``max_seconds``: wall time from reset (then truncated; None = no limit).
+    (then terminated). ``max_wall_s``: wall time from reset (then truncated; None = no limit).
     ``stop_on_solve``: terminate on a score of 1.0. ``max_observation_chars``: observations are cut
     to this length (a note says how much was dropped). ``limits``: per-command sandbox limits;
     ``python_env``: host paths of the Python environment commands and tests run with (mounted
@@ -81,7 +81,7 @@ class EnvConfig:
 
     max_steps: int = 50
     max_submissions: int = 3
-    max_seconds: float | None = None
+    max_wall_s: float | None = None
     reward: RewardRule = field(default_factory=RewardRule)
     stop_on_solve: bool = True
     max_observation_chars: int = 16_000
@@ -216,7 +216,7 @@ class _Episode:
         solved = graded and extra["score"] >= 1.0 and self.config.stop_on_solve
         terminated = solved or len(self.submissions) >= self.config.max_submissions
         elapsed = time.perf_counter() - self.start
-        out_of_time = self.config.max_seconds is not None and elapsed >= self.config.max_seconds
+        out_of_time = self.config.max_wall_s is not None and elapsed >= self.config.max_wall_s
         truncated = not terminated and (self.steps >= self.config.max_steps or out_of_time)
         self.done = terminated or truncated
         info: dict[str, Any] = {

@@ -35,6 +35,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kvharness.configs import to_json_dict
 from kvharness.gateway import engine_metrics
 from kvharness.gateway.config import GatewayConfig
 from kvharness.gateway.metrics import PREFIX, GatewayMetrics, ReplicaView
@@ -221,7 +222,7 @@ class Gateway:
             "buffered_bytes": self.pipeline.budget.held,
             "replicas": self.replicas.status(),
             "hashing": self.pipeline.status(),
-            "config": self.config.to_dict(),
+            "config": to_json_dict(self.config),
         }
 
 

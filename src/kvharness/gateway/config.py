@@ -3,82 +3,149 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from kvharness.configs import mib, opt, zero_is_none
 
 __all__ = ["GatewayConfig"]
 
 
+def _base_url(text: str) -> str:
+    """A backend URL as given on the command line, without trailing slashes."""
+    return text.rstrip("/")
+
+
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
-    """Everything ``kvharness gateway`` can be told. Times in seconds, sizes in tokens/blocks."""
+    """Everything ``kvharness gateway`` can be told. Times in seconds, sizes in tokens/blocks.
 
-    backends: tuple[str, ...]
-    """Base URLs of the OpenAI-compatible replicas (``http://host:port``)."""
-    policy: str = "agent_aware"
-    """Routing policy name (see ``kvharness.routing.registry.available_policies``)."""
-    policy_options: Mapping[str, Any] = field(default_factory=dict)
-    host: str = "127.0.0.1"
-    port: int = 8080
-    """Port to listen on; 0 picks a free one."""
-    tokenizer: str | None = None
-    """Model directory (or tokenizer.json) whose tokenizer and chat template the engines use."""
-    chat_template: str | None = None
-    """A Jinja chat template file overriding the model's."""
-    block_size: int | None = None
-    """Engine KV block size in tokens; None: read from the replicas' /metrics (default 16)."""
-    capacity_blocks: int | None = None
-    """KV blocks per replica; None: read from the replicas' /metrics (default 10,000)."""
-    kv_events: Mapping[str, str] = field(default_factory=dict)
-    """Backend URL -> vLLM's KV-event endpoint as vLLM was given it (tcp://*:P or tcp://HOST:P)."""
-    kv_replay: Mapping[str, str] = field(default_factory=dict)
-    """Backend URL -> vLLM's KV-event replay endpoint."""
-    kv_topic: str = ""
-    """KV-event topic to subscribe to ("" takes all)."""
-    lru_blocks: int | None = None
-    """For backends without KV events: blocks the router assumes each one caches (its LRU)."""
-    max_queue: int = 256
-    """Requests in flight per replica before it is considered full; all full -> 429."""
-    retry_after_s: float = 1.0
-    max_attempts: int = 3
-    """Replicas tried per request (failures before the answer started are retried)."""
-    health_interval_s: float = 2.0
-    health_timeout_s: float = 2.0
-    unhealthy_after: int = 2
-    """Failed health checks in a row that take a replica out."""
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float | None = 600.0
-    """Longest silence from a replica while answering (before its answer's head, or between two
-    pieces of it); past it the client gets 504 (or, mid-stream, an SSE error event). Long enough
-    for a non-streamed answer of thousands of tokens from a loaded engine; None waits forever."""
-    max_body_bytes: int = 64 * 1024 * 1024
-    """Largest request body taken, bytes; a larger one is answered 413."""
-    max_buffered_bytes: int = 256 * 1024 * 1024
-    """Bytes of request bodies held at once over all requests (each from its first byte until it
-    is answered); a body that does not fit is answered 503 with Retry-After."""
-    client_timeout_s: float = 15.0
-    """A client must send a request's head within this many seconds of connecting or of its
-    previous answer (idle keep-alive connections are closed after it too), and its body without
-    falling silent this long (else 408)."""
-    api_key: str | None = field(default=None, repr=False)
-    """When set, every endpoint but ``/health`` wants it as ``Authorization: Bearer KEY`` or
-    ``x-api-key: KEY`` (else 401); never shown at ``/status``."""
-    forward_client_auth: bool = False
-    """With ``api_key``: also send the client's ``Authorization`` / ``x-api-key`` on to the
-    replicas (by default the gateway's key stops at the gateway). Without ``api_key`` they are
-    always forwarded."""
-    session_headers: tuple[str, ...] = ("x-session-id",)
-    scrape_interval_s: float = 0.0
-    """Read each replica's own load (vLLM /metrics: waiting requests, KV usage) this often; 0: off,
-    load is then the gateway's own count of requests in flight."""
-    verify_hashing_every: int = 0
-    """Check every n-th incremental tokenisation against a full one (0: never)."""
-    forward_token_ids: bool = True
-    """Send a text completion's prompt to the replica as the token ids the gateway tokenised it
-    to, sparing the engine tokenising it again; only with ``tokenizer`` (without it the gateway
-    has no ids), and only to replicas whose ``/tokenize`` gives the gateway's tokens for a probe
-    text (others get the text)."""
+    Each field's help is its documentation and its ``--help`` line (:mod:`kvharness.configs`).
+    """
+
+    backends: tuple[str, ...] = opt(
+        help="an engine replica's base URL, http://HOST:PORT (repeat for each replica)",
+        flags=("--backend",), metavar="URL", parse=_base_url,
+    )  # fmt: skip
+    policy: str = opt(
+        "agent_aware", help="routing policy, by its name in kvharness.routing's registry"
+    )
+    policy_options: Mapping[str, Any] = opt(
+        factory=dict,
+        help="a policy constructor argument (VALUE parsed as JSON, else a string); repeatable",
+        flags=("--policy-option",), metavar="KEY=VALUE",
+    )  # fmt: skip
+    host: str = opt("127.0.0.1", help="address to listen on")
+    port: int = opt(8080, help="port to listen on (0: any free port)")
+    tokenizer: str | None = opt(
+        None,
+        help="the served model's directory (tokenizer.json and chat template), to hash prompts "
+        "exactly as the engines tokenise them; without it prompts are hashed approximately and "
+        "KV events cannot be matched to text prompts",
+        metavar="DIR",
+    )
+    chat_template: str | None = opt(
+        None, help="Jinja chat template overriding the model's", metavar="FILE"
+    )
+    block_size: int | None = opt(
+        None, help="engine KV block size, tokens", default_means="from /metrics, else 16"
+    )
+    capacity_blocks: int | None = opt(
+        None, help="KV blocks per replica", default_means="from the replicas' /metrics, else 10000"
+    )
+    kv_events: Mapping[str, str] = opt(
+        factory=dict,
+        help="subscribe to a backend's vLLM KV events; ENDPOINT as given to vLLM's "
+        "--kv-events-config (tcp://*:PORT: vLLM binds, the gateway connects to the backend's "
+        "host; tcp://HOST:PORT: vLLM connects, the gateway binds); repeatable",
+        metavar="URL=ENDPOINT",
+    )
+    kv_replay: Mapping[str, str] = opt(
+        factory=dict,
+        help="a backend's vLLM KV-event replay endpoint, used to recover lost events; repeatable",
+        metavar="URL=ENDPOINT",
+    )
+    kv_topic: str = opt("", help="KV-event topic to subscribe to", default_means="all")
+    lru_blocks: int | None = opt(
+        None,
+        help="for backends without KV events: blocks the router assumes each replica caches "
+        "(its LRU)",
+        default_means="unbounded",
+    )
+    max_queue: int = opt(
+        256, help="requests in flight per replica before it counts as full; all full -> 429"
+    )
+    retry_after_s: float = opt(
+        1.0, help="Retry-After seconds sent with a 429", flags=("--retry-after",)
+    )
+    max_attempts: int = opt(
+        3, help="replicas tried per request when one fails before its answer started"
+    )
+    health_interval_s: float = opt(
+        2.0, help="seconds between health checks", flags=("--health-interval",)
+    )
+    health_timeout_s: float = opt(2.0, help="seconds a health check may take", cli=False)
+    unhealthy_after: int = opt(2, help="failed health checks in a row that take a replica out")
+    connect_timeout_s: float = opt(5.0, help="seconds to connect to a replica", cli=False)
+    read_timeout_s: float | None = opt(
+        600.0,
+        help="longest silence from a replica while it answers (before its answer's head, or "
+        "between two pieces of it), seconds; past it the client gets 504 (mid-stream, an SSE "
+        "error event). Long enough for a non-streamed answer of thousands of tokens from a "
+        "loaded engine; None (0 on the command line): wait forever",
+        flags=("--read-timeout",), parse=zero_is_none(float),
+    )  # fmt: skip
+    client_timeout_s: float = opt(
+        15.0,
+        help="seconds a client has to send a request's head (from connecting or its previous "
+        "answer; idle keep-alive connections close after it too) and longest silence within "
+        "its body (else 408)",
+        flags=("--client-timeout",),
+    )
+    max_body_bytes: int = opt(
+        64 * 1024 * 1024, help="largest request body taken, bytes; larger -> 413", show=mib
+    )
+    max_buffered_bytes: int = opt(
+        256 * 1024 * 1024,
+        help="request-body bytes held at once over all requests (each from its first byte until "
+        "it is answered); a body that does not fit -> 503 with Retry-After",
+        show=mib,
+    )
+    api_key: str | None = opt(
+        None,
+        help="when set, every endpoint but /health wants it as 'Authorization: Bearer KEY' or "
+        "'x-api-key: KEY' (else 401); never shown at /status",
+        secret=True, cli=False,
+    )  # fmt: skip
+    forward_client_auth: bool = opt(
+        False,
+        help="with an API key: still send the client's Authorization and x-api-key headers on "
+        "to the replicas (by default the gateway's key stops at the gateway; without a key "
+        "they are always forwarded)",
+    )
+    session_headers: tuple[str, ...] = opt(
+        ("x-session-id",),
+        help="request header naming the agent session (repeat for several)",
+        flags=("--session-header",), metavar="NAME", parse=str.lower,
+    )  # fmt: skip
+    scrape_interval_s: float = opt(
+        0.0,
+        help="seconds between reads of each replica's vLLM /metrics (waiting requests, KV "
+        "usage); 0: off, load is then the gateway's own count of requests in flight",
+        flags=("--scrape-interval",),
+    )
+    verify_hashing_every: int = opt(
+        0, help="check every n-th incremental tokenisation against a full one (0: never)"
+    )
+    forward_token_ids: bool = opt(
+        True,
+        help="send text completion prompts to the replicas as the token ids the gateway "
+        "computed, so the engines skip tokenising them again; needs --tokenizer (without it "
+        "the gateway has no ids), and a replica gets ids only once its /tokenize agrees with "
+        "the gateway's tokenizer (the others get text)",
+        negatable=True,
+    )
 
     def __post_init__(self) -> None:
         if not self.backends:
@@ -109,13 +176,6 @@ class GatewayConfig:
         unknown |= set(self.kv_replay) - set(self.backends)
         if unknown:
             raise ValueError(f"KV-event endpoints given for unknown backends: {sorted(unknown)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The configuration as JSON-able values; the API key only as whether one is set."""
-        out = asdict(self)
-        out["policy_options"] = dict(self.policy_options)
-        out["api_key"] = "set" if self.api_key is not None else None
-        return out
 
 
 def _check_backend(url: str) -> None:

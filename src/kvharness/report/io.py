@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from kvharness.configs import to_json_dict
 from kvharness.errors import FormatError, UserError
 from kvharness.files import read_json, replacing
 from kvharness.report.html import write_html
@@ -289,13 +290,6 @@ def load_run(run_dir: str | Path) -> RunData:
     return RunData(path, records, config, saved, expected)
 
 
-def _builtins(config: Any) -> dict[str, Any]:
-    data = msgspec.to_builtins(config)
-    if not isinstance(data, dict):
-        raise TypeError(f"config must be a mapping or a struct/dataclass, got {type(config)}")
-    return data
-
-
 def _atomic_write(path: Path, data: bytes) -> None:
     with replacing(path) as tmp:
         tmp.write_bytes(data)
@@ -326,7 +320,7 @@ def write_run_report(
     else:
         with replacing(path / RECORDS) as tmp:
             write_records(tmp, records)
-    cfg = _builtins(config)
+    cfg = to_json_dict(config)
     if deadline is not None:
         cfg["deadline"] = deadline
     if label is not None:

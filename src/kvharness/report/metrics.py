@@ -7,8 +7,9 @@ Definitions. All times are seconds on the records' clock; every percentile is nu
   several attempts (``attempt`` 0, 1, ...); a turn *succeeded* if one of its attempts is ``ok``.
 * **Per-turn latency** (successful attempts only): TTFT = ``first_token - sent``; end-to-end =
   ``done - sent``; inter-token latency = ``(done - first_token) / (output_tokens - 1)``, the turn's
-  mean, defined for turns of 2 or more output tokens. Client lag = ``sent - intended`` over all
-  attempts.
+  mean, defined for turns of 2 or more output tokens. TTFT from intended = ``first_token -
+  intended``: the wait counted from when the turn should have gone out, so a late send counts
+  too (free of coordinated omission). Client (send) lag = ``sent - intended`` over all attempts.
 * **Session.** The records sharing a ``session`` id, ordered by (turn, attempt, intended). It
   starts at its first record's ``intended`` and ends at its last record's end, where a record's
   end is ``done``, else ``first_token``, else ``sent`` (an attempt that failed before any answer).
@@ -171,6 +172,8 @@ class Summary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     goodput: float | None
     """Sessions per hour completed within the deadline; None when the span is 0."""
     ttft: Dist
+    ttft_intended: Dist
+    """TTFT counted from ``intended`` instead of ``sent`` (see the module docstring)."""
     itl: Dist
     e2e: Dist
     lag: Dist
@@ -369,6 +372,7 @@ def summarise(
         span=span,
         goodput=_per_hour(within, span),
         ttft=dist(c.first[with_first] - c.sent[with_first]),
+        ttft_intended=dist(c.first[with_first] - c.intended[with_first]),
         itl=dist((c.done[itl_mask] - c.first[itl_mask]) / (c.output[itl_mask] - 1)),
         e2e=dist(c.done[ok] - c.sent[ok]),
         lag=dist(c.sent - c.intended),

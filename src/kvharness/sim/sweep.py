@@ -11,7 +11,6 @@ process boundaries.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.util
 import os
@@ -21,8 +20,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
-
+from kvharness.configs import to_json_dict
 from kvharness.report.io import parse_deadline, summarise_with_deadline, write_run_report
 from kvharness.sim.simulator import SimConfig, Simulator
 from kvharness.sim.summary import PolicyRow, policy_row
@@ -85,7 +83,7 @@ def run_job(job: SimJob, workload: Workload | None = None) -> PolicyRow:
     else:
         config = {
             "workload": job.workload,
-            **msgspec.to_builtins(cfg),
+            **to_json_dict(cfg),
             "label": label,
             "cluster_resolved": cluster.label(),
             "lower_bounds": result.lower_bounds,

@@ -83,7 +83,7 @@ class ReplicaConfig:
     kv_events: bool = True
     kv_events_bind: bool = True
     hash_seed: str = "0"
-    startup_timeout: float = 300.0
+    startup_timeout_s: float = 300.0
     extra_args: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
@@ -225,7 +225,7 @@ def start_replica(
     )
     if wait:
         try:
-            wait_ready(replica, cfg.startup_timeout)
+            wait_ready(replica, cfg.startup_timeout_s)
         except BaseException:
             replica.stop()
             raise
@@ -283,7 +283,7 @@ def start_replicas(
     ]
     try:
         for r in reps:
-            wait_ready(r, cfg.startup_timeout)
+            wait_ready(r, cfg.startup_timeout_s)
     except BaseException:
         for r in reps:
             r.stop()
