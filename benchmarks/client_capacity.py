@@ -48,7 +48,7 @@ def workload(n: int, turns: int, think: float, prompt: int = 1000, growth: int =
     return Workload(tuple(sessions), 128, name=f"capacity-{n}", arrival=Arrival("trace"))
 
 
-def start_stub(cpu: int) -> tuple[subprocess.Popen[str], str]:
+def start_fake(cpu: int) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "kvharness.testing.fake_openai", "--tokens", "8", "--cpu", str(cpu)],
         stdout=subprocess.PIPE, text=True,
@@ -180,7 +180,7 @@ def main() -> None:
                          "counts, pinned to the client CPU")  # fmt: skip
     args = ap.parse_args()
     os.sched_setaffinity(0, {args.client_cpu})
-    fake, url = start_stub(args.server_cpu)
+    fake, url = start_fake(args.server_cpu)
     print(f"client on CPU {args.client_cpu}, fake server {url} on CPU {args.server_cpu}; "
           f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
     print(f"{'sessions':>8} {'ok':>7} {'fail':>5} {'req/s':>7} {'lag p50':>8} {'lag p99':>8} "

@@ -8,12 +8,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kvharness.gateway.prompt_hasher import (
-    ByteChainHasher,
-    PromptHasher,
-    byte_chain_hashes,
-    common_prefix_len,
-)
+from kvharness.gateway.prompt_hasher import PromptHasher, common_prefix_len
 from kvharness.gateway.tokenizer import (
     ChatTemplate,
     EngineTokenizer,
@@ -374,23 +369,3 @@ def test_prompts_resumed_from_any_kept_prompt_equal_a_full_tokenisation(
         assert list(got.token_ids) == ids
         assert list(got.block_hashes) == chain_hashes(ids, 16)
         assert got.session is not None and (sid is None or got.session == sid)
-
-
-@given(
-    data=st.binary(max_size=600),
-    cuts=st.lists(st.integers(0, 600), max_size=8),
-    width=st.integers(1, 70),
-    max_blocks=st.none() | st.integers(0, 12),
-)
-def test_byte_chain_hasher_in_pieces_is_the_whole_chain_cut(
-    data: bytes, cuts: list[int], width: int, max_blocks: int | None
-) -> None:
-    hasher = ByteChainHasher(width, max_blocks=max_blocks)
-    at = 0
-    for cut in sorted(min(c, len(data)) for c in cuts):
-        hasher.feed(data[at:cut])
-        at = cut
-    hasher.feed(data[at:])
-    whole = byte_chain_hashes(data, width)
-    assert hasher.hashes == (whole if max_blocks is None else whole[:max_blocks])
-    assert hasher.size == len(data)

@@ -37,9 +37,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kvharness.configs import to_json_dict
 from kvharness.gateway import engine_metrics
+from kvharness.gateway.answers import error_response
 from kvharness.gateway.config import GatewayConfig
 from kvharness.gateway.metrics import PREFIX, GatewayMetrics, ReplicaView
-from kvharness.gateway.pipeline import Pipeline, error_response
+from kvharness.gateway.pipeline import Pipeline
 from kvharness.gateway.replicas import Replicas
 from kvharness.gateway.router import Router
 from kvharness.gateway.tokenizer import EngineTokenizer, load_engine_tokenizer

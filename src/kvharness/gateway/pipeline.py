@@ -38,10 +38,12 @@ from typing import NamedTuple, TypeVar
 import aiohttp
 from aiohttp import web
 
+from kvharness.gateway.answers import RelayResponse, error_response
+from kvharness.gateway.byte_hasher import approximate
 from kvharness.gateway.config import GatewayConfig
 from kvharness.gateway.limits import BodyRefused, ByteBudget, read_body
 from kvharness.gateway.metrics import GatewayMetrics
-from kvharness.gateway.prompt_hasher import ByteChainHasher, HashedPrompt, PromptHasher
+from kvharness.gateway.prompt_hasher import HashedPrompt, PromptHasher
 from kvharness.gateway.replicas import Replicas
 from kvharness.gateway.requests import (
     BadRequest,
@@ -60,15 +62,12 @@ from kvharness.wire.http import BodyError, BodyTimeout, ConnectError, HeadTimeou
 from kvharness.wire.http import encode_headers as encode_header_lines
 from kvharness.wire.openai import Usage, error_body, usage_of_body, usage_of_stream
 
-__all__ = ["Pipeline", "Prepared", "error_response"]
+__all__ = ["Pipeline", "Prepared"]
 
 log = logging.getLogger(__name__)
 
 _INLINE_HASH_BYTES = 256 * 1024
 """Bodies larger than this are parsed and hashed in a worker thread, not on the event loop."""
-_TEXT_SLICE = 1024 * 1024
-"""Characters of a prompt encoded at once when hashing it without a tokenizer (each C call that
-holds the interpreter's lock stays short, so the event loop keeps running beside the thread)."""
 _RETRY_STATUSES = frozenset({502, 503, 504})
 _NOT_FORWARDED = frozenset(
     {
@@ -82,29 +81,6 @@ _AUTH_HEADERS = frozenset({"authorization", "x-api-key"})
 _RELAY_HIGH = 1024 * 1024
 """Bytes queued for a client above which its replica's socket is not read (backpressure)."""
 _T = TypeVar("_T")
-
-
-def error_response(
-    status: int,
-    message: str,
-    kind: str,
-    param: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> web.Response:
-    """An OpenAI-style error answer."""
-    return web.Response(
-        status=status,
-        body=error_body(message, kind, status, param),
-        content_type="application/json",
-        headers=headers,
-    )
-
-
-class _RelayResponse(web.StreamResponse):
-    """A streamed answer whose head goes out with its first piece (one send, not two), as
-    aiohttp's own ``web.Response`` does; the class attribute is aiohttp's switch for it."""
-
-    _send_headers_immediately = False
 
 
 class _UpstreamFailed(Exception):
@@ -181,11 +157,7 @@ class Pipeline:
         if parsed.prompt_ids is not None:
             return h.completion_ids(parsed.prompt_ids, sid)
         if self._approximate(parsed):
-            chain = ByteChainHasher(4 * h.block_size, max_blocks=self.chain_limit())
-            for piece in approx_pieces(parsed):
-                for at in range(0, len(piece), _TEXT_SLICE):
-                    chain.feed(piece[at : at + _TEXT_SLICE].encode())
-            return HashedPrompt(tuple(chain.hashes), chain.size // 4, (), 0)
+            return approximate(approx_pieces(parsed), h.block_size, self.chain_limit())
         if parsed.messages is not None:
             return h.chat(
                 parsed.messages,
@@ -426,7 +398,7 @@ class Pipeline:
         now = time.monotonic()
         self.router.first_token(flight, now)
         self.metrics.first_byte_seconds.labels(url).observe(now - flight.sent_at)
-        resp = _RelayResponse(
+        resp = RelayResponse(
             status=upstream.status,
             headers={
                 "Content-Type": ctype,

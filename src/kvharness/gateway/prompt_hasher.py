@@ -1,4 +1,4 @@
-"""Prompt hashing as the engines tokenise: incremental per agent session, or approximate.
+"""Incremental prompt hashing per agent session, as the engines tokenise.
 
 An agent's next prompt is its last prompt plus a few appended messages. :class:`PromptHasher`
 keeps, per session, the last prompt's text, token ids and block hashes, and for a new prompt
@@ -28,10 +28,6 @@ template that does not print the clock) reuses the last result without rendering
 rendered text is identical reuses it without tokenising. Either is counted as fully reused.
 Memory is bounded by ``max_tokens`` kept over all sessions (least recently used dropped first).
 Not thread-safe; no clocks.
-
-Without the engines' tokenizer, :class:`ByteChainHasher` names a prompt's bytes in blocks of
-about four bytes a token: names that never match KV events, so they only serve an index fed by
-the router's own decisions.
 """
 
 from __future__ import annotations
@@ -43,16 +39,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kvharness.gateway.tokenizer import EngineTokenizer
-from kvharness.workload.chain import ROOT_HASH, chain_hashes, digest
+from kvharness.workload.chain import ROOT_HASH, chain_hashes
 
-__all__ = [
-    "ByteChainHasher",
-    "HashedPrompt",
-    "HasherStats",
-    "PromptHasher",
-    "byte_chain_hashes",
-    "common_prefix_len",
-]
+__all__ = ["HashedPrompt", "HasherStats", "PromptHasher", "common_prefix_len"]
 
 _MAX_APPENDED_MESSAGES = 32
 """How many trailing messages a continuation may append and still be found without a header."""
@@ -440,65 +429,3 @@ class PromptHasher:
 
     def __len__(self) -> int:
         return len(self._sessions)
-
-
-_BYTES_KEY = 1 << 63
-"""Set in the parent key of byte-chain blocks, so no byte chain's name equals a token chain's."""
-
-
-def byte_chain_hashes(data: bytes, bytes_per_block: int) -> list[int]:
-    """Chained names of the full ``bytes_per_block`` chunks of ``data`` (see the module
-    docstring: for routing without the engines' tokenizer)."""
-    hasher = ByteChainHasher(bytes_per_block)
-    hasher.feed(data)
-    return hasher.hashes
-
-
-class ByteChainHasher:
-    """:func:`byte_chain_hashes` over data given in pieces: after feeding pieces whose
-    concatenation is ``data``, :attr:`hashes` equals ``byte_chain_hashes(data, bytes_per_block)``
-    cut to its first ``max_blocks`` (None: all), and :attr:`size` is ``len(data)``. Holds at most
-    one partial block besides the hashes; past ``max_blocks`` it only counts bytes."""
-
-    def __init__(self, bytes_per_block: int, max_blocks: int | None = None) -> None:
-        if bytes_per_block <= 0:
-            raise ValueError(f"bytes_per_block must be positive, got {bytes_per_block}")
-        self.bytes_per_block = bytes_per_block
-        self.max_blocks = max_blocks
-        self.hashes: list[int] = []
-        self.size = 0
-        self._parent = ROOT_HASH
-        self._rest = b""
-
-    def feed(self, data: bytes) -> None:
-        """Hash the blocks ``data`` completes; keep its partial tail for the next piece."""
-        self.size += len(data)
-        if self.full:
-            return
-        width = self.bytes_per_block
-        if self._rest:
-            need = width - len(self._rest)
-            if len(data) < need:
-                self._rest += data
-                return
-            self._block(self._rest + data[:need])
-            data = data[need:]
-            self._rest = b""
-            if self.full:
-                return
-        view = memoryview(data)
-        end = len(data) - len(data) % width
-        if self.max_blocks is not None:
-            end = min(end, (self.max_blocks - len(self.hashes)) * width)
-        for pos in range(0, end, width):
-            self._block(view[pos : pos + width])
-        self._rest = b"" if self.full else bytes(view[end:])
-
-    @property
-    def full(self) -> bool:
-        """Whether ``max_blocks`` blocks are hashed (further bytes are only counted)."""
-        return self.max_blocks is not None and len(self.hashes) >= self.max_blocks
-
-    def _block(self, chunk: bytes | memoryview) -> None:
-        self._parent = digest(self._parent | _BYTES_KEY, chunk)
-        self.hashes.append(self._parent)

@@ -11,6 +11,7 @@ process boundaries.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 import os
