@@ -11,6 +11,13 @@ send lag p99 stays under 5 ms and whose TTFT p99 stays within 5 ms of the single
 
 Peers (``--peers``): NVIDIA AIPerf and GuideLLM, if installed in ``.cache/peers-venv``, are run
 against the same fake at the same per-session load and their figures printed beside ours.
+
+Before and after (``--compare SRC``): each rung is run by this tree's bench and by the kvharness
+in the folder SRC (its ``benchmarks/client_capacity.py`` beside it, e.g. a ``git worktree`` of an
+earlier commit), in turn, each in a fresh process pinned to the client CPU, against the same fake
+server; both rows and the ratio of their CPU per request are printed, then each side's verdict.
+
+    .venv/bin/python benchmarks/client_capacity.py --compare /tmp/before/src
 """
 
 from __future__ import annotations
@@ -83,6 +90,66 @@ def measure(url: str, n: int, turns: int, think: float, out: Path) -> dict[str, 
         "cpu_us_per_req": res.client_cpu_s / max(1, res.attempts_last_pass) * 1e6,
         "cpu_s": res.client_cpu_s,
     }
+
+
+_MEASURE = """import json, pathlib, sys
+sys.path.insert(0, sys.argv[1])
+import client_capacity as cc
+m = cc.measure(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]),
+               pathlib.Path(sys.argv[6]))
+print(json.dumps(m))
+"""
+
+
+def measure_with(
+    src: Path, url: str, n: int, turns: int, think: float, out: Path, cpu: int
+) -> dict[str, float]:
+    """:func:`measure` as the kvharness in ``src`` does it (with its own ``client_capacity.py``
+    from the ``benchmarks`` folder beside ``src``), in a fresh process pinned to ``cpu``."""
+    args = [str(src.parent / "benchmarks"), url, str(n), str(turns), str(think), str(out)]
+    done = subprocess.run(
+        ["taskset", "-c", str(cpu), sys.executable, "-c", _MEASURE, *args],
+        env={**os.environ, "PYTHONPATH": str(src)}, cwd=out.parent,
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"the bench in {src} failed:\n{done.stderr[-2000:]}")
+    values: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return values
+
+
+def _row(label: str, n: int, m: dict[str, float], good: bool) -> str:
+    return (f"{label:<6} {n:>8} {m['turns_ok']:>7.0f} {m['failed']:>5.0f} {m['req_per_s']:>7.0f} "
+            f"{m['lag_p50_ms']:>6.2f}ms {m['lag_p99_ms']:>6.2f}ms "
+            f"{m['ttft_p50_ms']:>7.2f}ms {m['ttft_p99_ms']:>7.2f}ms "
+            f"{m['cpu_us_per_req']:>6.0f}us  {'ok' if good else 'over'}")  # fmt: skip
+
+
+def compare(url: str, other: Path, counts: list[int], turns: int, think: float, cpu: int) -> None:
+    """Each rung by this tree's bench and by the one in ``other``, alternating which goes first."""
+    sides = {"this": REPO / "src", "other": other.resolve()}
+    floors: dict[str, float] = {}
+    best = dict.fromkeys(sides, 0)
+    print(f"{'side':<6} {'sessions':>8} {'ok':>7} {'fail':>5} {'req/s':>7} {'lag p50':>8} "
+          f"{'lag p99':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'CPU/req':>8}  verdict")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, n in enumerate(counts):
+            order = list(sides) if i % 2 == 0 else list(sides)[::-1]
+            got = {}
+            for side in order:
+                m = measure_with(sides[side], url, n, turns, think, Path(tmp) / f"{side}{i}", cpu)
+                floors.setdefault(side, m["ttft_p99_ms"])
+                good = (m["failed"] == 0 and m["lag_p99_ms"] < 5.0
+                        and m["ttft_p99_ms"] <= floors[side] + 5.0)  # fmt: skip
+                if good:
+                    best[side] = max(best[side], n)
+                got[side] = m
+                print(_row(side, n, m, good), flush=True)
+            ratio = got["this"]["cpu_us_per_req"] / got["other"]["cpu_us_per_req"]
+            print(f"{'':<6} {n:>8} CPU per request this/other: {ratio:.3f}", flush=True)
+    for side, src in sides.items():
+        print(f"{side} ({src}): {best[side]} concurrent sessions on one core within send lag "
+              f"p99 < 5 ms and TTFT p99 <= floor ({floors[side]:.2f} ms) + 5 ms")  # fmt: skip
 
 
 PEERS = REPO / ".cache" / "peers-venv" / "bin"
@@ -178,18 +245,27 @@ def main() -> None:
     ap.add_argument("--peers", default="", metavar="N,N,...",
                     help="also run AIPerf and GuideLLM (from .cache/peers-venv) at these session "
                          "counts, pinned to the client CPU")  # fmt: skip
+    ap.add_argument("--compare", type=Path, metavar="SRC",
+                    help="also run each rung with the kvharness in SRC (before/after)")  # fmt: skip
     args = ap.parse_args()
+    if args.compare is not None and not (args.compare / "kvharness" / "__init__.py").exists():
+        ap.error(f"--compare: no kvharness package in {args.compare}")
     os.sched_setaffinity(0, {args.client_cpu})
     fake, url = start_fake(args.server_cpu)
     print(f"client on CPU {args.client_cpu}, fake server {url} on CPU {args.server_cpu}; "
           f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
-    print(f"{'sessions':>8} {'ok':>7} {'fail':>5} {'req/s':>7} {'lag p50':>8} {'lag p99':>8} "
-          f"{'TTFT p50':>9} {'TTFT p99':>9} {'CPU/req':>8}  verdict")  # fmt: skip
+    if args.compare is None:
+        print(f"{'sessions':>8} {'ok':>7} {'fail':>5} {'req/s':>7} {'lag p50':>8} {'lag p99':>8} "
+              f"{'TTFT p50':>9} {'TTFT p99':>9} {'CPU/req':>8}  verdict")  # fmt: skip
     floor = None
     best = 0
     cpu_costs = []
     ours: list[tuple[float, int]] = []
     try:
+        if args.compare is not None:
+            counts = [int(x) for x in args.sessions.split(",")]
+            compare(url, args.compare, counts, args.turns, args.think, args.client_cpu)
+            return
         if args.peers:
             peers(url, [int(x) for x in args.peers.split(",")], args.turns, args.think,
                   args.client_cpu)  # fmt: skip

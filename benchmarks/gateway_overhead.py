@@ -26,6 +26,11 @@ scheduled, which inflates the latency differences; the command line is printed s
 repeated elsewhere.
 
     .venv/bin/python benchmarks/gateway_overhead.py [--concurrency 1 50 200] [--seconds 8]
+
+Before and after (``--compare SRC``): a second gateway, the kvharness in the folder SRC (e.g. a
+``git worktree`` of an earlier commit, its ``src``), runs beside this tree's on the same CPU in
+front of the same replica; at each level the direct phase and both gateways' phases alternate,
+and each gateway's row is printed.
 """
 
 from __future__ import annotations
@@ -174,21 +179,29 @@ def pct(xs: list[float], q: float) -> float:
 
 async def run(args: argparse.Namespace) -> None:
     model = ensure_tiny_model(REPO / ".cache" / "tiny-llama")
-    bport, gport = free_port(), free_port()
+    bport = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     backend = subprocess.Popen(
         [sys.executable, "-m", "kvharness.testing.fake_openai", "--port", str(bport),
          "--token-ms", str(args.token_ms)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    gateway_cmd = [
-        sys.executable, "-m", "kvharness", "gateway", "--backend", f"http://127.0.0.1:{bport}",
-        "--port", str(gport), "--policy", "agent_aware", "--tokenizer", str(model),
-        "--max-queue", "100000",
-    ]  # fmt: skip
-    gateway = subprocess.Popen(
-        gateway_cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    sides = {"this": env}
+    if args.compare is not None:
+        sides["other"] = {**env, "PYTHONPATH": str(args.compare.resolve())}
+    gateways: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+    gateway_cmd: list[str] = []
+    for side, side_env in sides.items():
+        gport = free_port()
+        gateway_cmd = [
+            sys.executable, "-m", "kvharness", "gateway", "--backend", f"http://127.0.0.1:{bport}",
+            "--port", str(gport), "--policy", "agent_aware", "--tokenizer", str(model),
+            "--max-queue", "100000",
+        ]  # fmt: skip
+        proc = subprocess.Popen(
+            gateway_cmd, env=side_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        gateways[side] = (proc, f"http://127.0.0.1:{gport}")
     placement = "not pinned"
     cpus = sorted(os.sched_getaffinity(0))
     if args.pin and len(cpus) >= 2:
@@ -197,59 +210,74 @@ async def run(args: argparse.Namespace) -> None:
         rest = set(cpus[:-1])
         os.sched_setaffinity(0, rest)
         os.sched_setaffinity(backend.pid, rest)
-        os.sched_setaffinity(gateway.pid, {cpus[-1]})
+        for proc, _ in gateways.values():
+            os.sched_setaffinity(proc.pid, {cpus[-1]})
         placement = f"gateway on CPU {cpus[-1]}, load generator and replica on CPUs {sorted(rest)}"
     try:
         wait_up(f"http://127.0.0.1:{bport}/health", backend, timeout=60, every=0.1)
-        wait_up(f"http://127.0.0.1:{gport}/health", gateway, timeout=60, every=0.1)
-        direct, via = f"http://127.0.0.1:{bport}", f"http://127.0.0.1:{gport}"
-        await phase(direct, 4, 1.0, args.tokens)  # warm both paths
-        await phase(via, 4, 1.0, args.tokens)
+        for proc, url in gateways.values():
+            wait_up(url + "/health", proc, timeout=60, every=0.1)
+        direct = f"http://127.0.0.1:{bport}"
+        await phase(direct, 4, 1.0, args.tokens)  # warm every path
+        for _, url in gateways.values():
+            await phase(url, 4, 1.0, args.tokens)
         print(f"gateway: {' '.join(gateway_cmd[1:])}")
+        if args.compare is not None:
+            print(f"rows 'this': {REPO / 'src'}; rows 'other': {args.compare}")
         print(f"fake replica: {args.tokens} tokens/answer, {args.token_ms} ms apart; "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; niceness "
               f"{os.getpriority(os.PRIO_PROCESS, 0)}; {placement}; at least {args.seconds} s "
               f"and {args.min_requests} requests per side and concurrency\n")  # fmt: skip
-        head = (f"{'streams':>7} {'reqs':>6} | {'TTFB p50':>9} {'p99':>7} direct | {'p50':>7} "
-                f"{'p99':>7} gateway | {'added p50':>9} {'p99':>7} | end-to-end added p50 / p99 | "
-                "CPU ms/request: gateway, replica; load-gen busy")  # fmt: skip
+        head = (f"{'side':<5} {'streams':>7} {'reqs':>6} | {'TTFB p50':>9} {'p99':>7} direct | "
+                f"{'p50':>7} {'p99':>7} gateway | {'added p50':>9} {'p99':>7} | end-to-end added "
+                "p50 / p99 | CPU ms/request: gateway, replica; load-gen busy")  # fmt: skip
         print(head)
         answer_s = args.tokens * args.token_ms / 1000
         spread = 0.0 if args.burst else answer_s
         for c in args.concurrency:
             d_ttfb: list[float] = []
             d_tot: list[float] = []
-            g_ttfb: list[float] = []
-            g_tot: list[float] = []
-            gw_cpu = be_cpu = gen_cpu = gen_wall = 0.0
+            g_ttfb: dict[str, list[float]] = {side: [] for side in gateways}
+            g_tot: dict[str, list[float]] = {side: [] for side in gateways}
+            gw_cpu = dict.fromkeys(gateways, 0.0)
+            be_cpu = dict.fromkeys(gateways, 0.0)
+            gen_cpu = dict.fromkeys(gateways, 0.0)
+            gen_wall = dict.fromkeys(gateways, 0.0)
             # Long enough for --min-requests per side (at 1 stream, a request lasts an answer).
             seconds = max(args.seconds, args.min_requests * answer_s / c)
-            for _ in range(2):
+            for rep in range(2):
                 a, b = await phase(direct, c, seconds / 2, args.tokens, spread)
                 d_ttfb += a
                 d_tot += b
-                cpu0, be0 = cpu_seconds(gateway.pid), cpu_seconds(backend.pid)
-                own0, wall0 = time.process_time(), time.perf_counter()
-                a, b = await phase(via, c, seconds / 2, args.tokens, spread)
-                gen_cpu += time.process_time() - own0
-                gen_wall += time.perf_counter() - wall0
-                gw_cpu += cpu_seconds(gateway.pid) - cpu0
-                be_cpu += cpu_seconds(backend.pid) - be0
-                g_ttfb += a
-                g_tot += b
-            n = max(1, len(g_tot))
-            print(
-                f"{c:>7} {len(g_tot):>6} | {pct(d_ttfb, 50):>8.2f}ms {pct(d_ttfb, 99):>6.2f}ms "
-                f"       | {pct(g_ttfb, 50):>6.2f}ms {pct(g_ttfb, 99):>6.2f}ms         | "
-                f"{pct(g_ttfb, 50) - pct(d_ttfb, 50):>8.2f}ms {pct(g_ttfb, 99) - pct(d_ttfb, 99):>6.2f}ms | "
-                f"{pct(g_tot, 50) - pct(d_tot, 50):.2f} ms / {pct(g_tot, 99) - pct(d_tot, 99):.2f} ms"
-                f" | {1000 * gw_cpu / n:.2f}, {1000 * be_cpu / n:.2f}; "
-                f"{100 * gen_cpu / max(gen_wall, 1e-9):.0f}%",
-                flush=True,
-            )
+                order = list(gateways) if rep % 2 == 0 else list(gateways)[::-1]
+                for side in order:
+                    proc, url = gateways[side]
+                    cpu0, be0 = cpu_seconds(proc.pid), cpu_seconds(backend.pid)
+                    own0, wall0 = time.process_time(), time.perf_counter()
+                    a, b = await phase(url, c, seconds / 2, args.tokens, spread)
+                    gen_cpu[side] += time.process_time() - own0
+                    gen_wall[side] += time.perf_counter() - wall0
+                    gw_cpu[side] += cpu_seconds(proc.pid) - cpu0
+                    be_cpu[side] += cpu_seconds(backend.pid) - be0
+                    g_ttfb[side] += a
+                    g_tot[side] += b
+            for side in gateways:
+                gt, gtot = g_ttfb[side], g_tot[side]
+                n = max(1, len(gtot))
+                print(
+                    f"{side:<5} {c:>7} {len(gtot):>6} | {pct(d_ttfb, 50):>8.2f}ms "
+                    f"{pct(d_ttfb, 99):>6.2f}ms        | {pct(gt, 50):>6.2f}ms {pct(gt, 99):>6.2f}ms"
+                    f"         | {pct(gt, 50) - pct(d_ttfb, 50):>8.2f}ms "
+                    f"{pct(gt, 99) - pct(d_ttfb, 99):>6.2f}ms | "
+                    f"{pct(gtot, 50) - pct(d_tot, 50):.2f} ms / {pct(gtot, 99) - pct(d_tot, 99):.2f} ms"
+                    f" | {1000 * gw_cpu[side] / n:.2f}, {1000 * be_cpu[side] / n:.2f}; "
+                    f"{100 * gen_cpu[side] / max(gen_wall[side], 1e-9):.0f}%",
+                    flush=True,
+                )
     finally:
-        for p in (gateway, backend):
-            stop_process(p)
+        for proc, _ in gateways.values():
+            stop_process(proc)
+        stop_process(backend)
 
 
 def main() -> None:
@@ -280,7 +308,11 @@ def main() -> None:
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                     help="give the gateway a CPU of its own and the load generator and replica "
                          "the rest (with 2 or more CPUs; --no-pin lets all three share them)")  # fmt: skip
+    ap.add_argument("--compare", type=Path, metavar="SRC",
+                    help="also run the gateway of the kvharness in SRC beside this one")  # fmt: skip
     args = ap.parse_args()
+    if args.compare is not None and not (args.compare / "kvharness" / "__init__.py").exists():
+        ap.error(f"--compare: no kvharness package in {args.compare}")
     if args.nice:
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)  # children inherit it
     try:

@@ -213,3 +213,36 @@ def test_a_run_saved_with_endpoint_resumes_and_endpoint_still_names_the_backend(
     lines = (out / "rollouts.jsonl").read_text().splitlines()
     episodes = [json.loads(line)["episode"] for line in lines]
     assert sorted(episodes) == sorted(f"{t.id}/0" for t in tasks)
+
+
+def test_config_json_is_the_run_config_and_its_api_key_is_never_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """config.json holds every option of the run by its field name (seconds as _s), the tasks
+    it ran, and of an API key only that one was given; resuming such a run wants the key again,
+    and a config.json written before the renames (endpoint, command_timeout) still resumes."""
+    tasks = make_demo_suite(tmp_path / "suite")
+    out = tmp_path / "out"
+    with FakeOpenAI(tokens=2) as fake:
+        argv = _run_argv(fake, tmp_path, "--only", tasks[0].id, "--api-key", "s3cret",
+                         "--command-timeout", "30")  # fmt: skip
+        assert main(argv) == 0
+        text = (out / "config.json").read_text()
+        assert "s3cret" not in text
+        config = json.loads(text)
+        assert config["api_key"] == "set" and config["command_timeout_s"] == 30.0
+        assert config["tasks_run"] == [tasks[0].id] and config["backend"] == fake.url
+        capsys.readouterr()
+        assert main(["env", "run", "--resume", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith("used an API key, which is not saved: give --api-key"), err
+        old = {k: v for k, v in config.items() if k not in ("backend", "command_timeout_s")}
+        old.update(endpoint=fake.url, command_timeout=30.0, api_key=None, only=None)
+        (out / "config.json").write_text(json.dumps(old))
+        calls = fake.stats.requests
+        assert main(["env", "run", "--resume", str(out)]) == 0
+        assert fake.stats.requests > calls
+    episodes = [
+        json.loads(line)["episode"] for line in (out / "rollouts.jsonl").read_text().splitlines()
+    ]
+    assert sorted(episodes) == sorted(f"{t.id}/0" for t in tasks)

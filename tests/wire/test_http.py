@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from kvharness.testing.vllm import free_port
+from kvharness.wire.framing import Headers
 from kvharness.wire.http import (
     BadBody,
     BadHead,
@@ -188,7 +189,7 @@ class Recorder:
         self.calls: list[tuple[str, Any]] = []
         self.done = asyncio.get_running_loop().create_future()
 
-    def head(self, status: int, headers: dict[str, str]) -> None:
+    def head(self, status: int, headers: Headers) -> None:
         self.calls.append(("head", status))
 
     def data(self, piece: bytes) -> None:
@@ -265,8 +266,17 @@ async def test_https_with_a_trusted_certificate_and_a_refused_one(
 
 
 def test_heads_and_header_lines() -> None:
-    first, headers = parse_head(b"HTTP/1.1 200 OK\r\nContent-Type:  a/b \r\nX-A: 1\r\nx-a: 2")
-    assert first == ["HTTP/1.1", "200", "OK"] and headers == {"content-type": "a/b", "x-a": "2"}
+    head = parse_head(b"HTTP/1.1 200 OK\r\nContent-Type:  a/b \r\nX-A: 1\r\nx-a: 2")
+    first, headers = head.first, head.headers
+    assert first == [b"HTTP/1.1", b"200", b"OK"] and headers == {"content-type": "a/b", "x-a": "2"}
+    assert (head.chunked, head.length, head.close) == (False, None, False)
+    head = parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\nConnection: Close")
+    assert (head.chunked, head.length, head.close) == (True, None, True)
+    assert parse_head(b"GET / HTTP/1.1\r\ncontent-length: 12").length == 12
+    assert headers.get("CONTENT-TYPE") == "a/b" and headers["X-a"] == "2"  # any case, the last
+    assert headers.get("absent") is None and headers.raw(b"x-a") == b"2"
+    with pytest.raises(KeyError):
+        headers["absent"]
     with pytest.raises(ValueError, match="bad header line"):
         parse_head(b"GET / HTTP/1.1\r\nbroken")
     lines = encode_headers([("A", "1"), ("B", "x\r\nEvil: 1"), ("C", "é")])

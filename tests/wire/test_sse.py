@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvharness.wire.openai import decode_chunk, error_body, usage_of_body, usage_of_stream
-from kvharness.wire.sse import DONE, SSEParser, data_lines
+from kvharness.wire.sse import DONE, SSEParser
 
 STREAM = (
     b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
@@ -55,7 +55,10 @@ def test_usage_of_a_whole_answer_and_of_a_stream_tail() -> None:
     usage = usage_of_stream(tail)
     assert usage is not None and (usage.prompt_tokens, usage.cached_tokens) == (300, 256)
     assert usage_of_stream(STREAM.split(b'data: {"choices":[],')[0]) is None
-    assert data_lines(b"data: a\n\ndata: b") == [b"a", b"b"]  # an unterminated last line too
+    unterminated = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}'
+    usage = usage_of_stream(b'data: {"usage": "not one"}\n\n' + unterminated)
+    assert usage is not None and usage.prompt_tokens == 3  # the last line, unterminated
+    assert usage_of_stream(b'data: {"x": 1, "usage": [1]}\n\n') is None
 
 
 def test_tool_call_pieces_and_error_bodies() -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote
 
+from kvharness.wire.framing import Headers
 from kvharness.wire.http import (
     BadBody,
     BadHead,
@@ -102,7 +103,7 @@ class _Timed:
         self.status = 0
         self.error_body = bytearray()
 
-    def head(self, status: int, headers: dict[str, str]) -> None:
+    def head(self, status: int, headers: Headers) -> None:
         self.status = status
 
     def data(self, piece: bytes) -> None:
@@ -154,7 +155,8 @@ class _Timed:
                 out.output_tokens = self.chunks
         if out.error is not None:
             out.done = None
-        self._settle()
+        if not self.fut.done():
+            self.fut.set_result(None)
 
     def fail(self, error: WireError) -> None:
         out = self.out
@@ -170,9 +172,6 @@ class _Timed:
             out.error = f"stream cut: {error}"
             out.retryable = out.first_token is None
         out.done = None
-        self._settle()
-
-    def _settle(self) -> None:
         if not self.fut.done():
             self.fut.set_result(None)
 

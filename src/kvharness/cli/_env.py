@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import dataclasses
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from kvharness.cli._args import (
-    block_size,
-    bounded,
-    non_negative_int,
-    output_dir,
-    positive_float,
-    positive_int,
-)
+import msgspec
+
+from kvharness.cli._args import output_dir
+from kvharness.cli._config_args import add_options, config_from_args
+from kvharness.configs import to_json_dict
 from kvharness.errors import UserError
 
 HELP = "coding-agent RL environments: run agents over a task suite and record the rollouts"
@@ -81,6 +78,7 @@ def _run_build(args: argparse.Namespace) -> int:
 
 def _register_run(sub: Any) -> None:
     from kvharness.env.harness.agents import AGENTS
+    from kvharness.env.harness.config import RunConfig
 
     p = sub.add_parser(
         "run",
@@ -88,18 +86,7 @@ def _register_run(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--backend",
-        "--endpoint",
-        dest="backend",
-        metavar="URL",
-        help="OpenAI-compatible server's base URL (http://host:port); required unless --resume",
-    )
-    p.add_argument(
-        "--tasks",
-        type=Path,
-        help="task suite folder (or one task folder); required unless --resume",
-    )
+    add_options(p, RunConfig, overrides={"agent": {"choices": sorted(AGENTS)}})
     p.add_argument(
         "--out",
         type=Path,
@@ -113,94 +100,23 @@ def _register_run(sub: Any) -> None:
         help="continue the run in DIR with its own options (config.json): keep its recorded "
         "episodes, run the others",
     )
-    p.add_argument(
-        "--agent",
-        default="model",
-        choices=sorted(AGENTS),
-        help="who acts: the model's tool calls (model; the server must parse tool calls, e.g. "
-        "vLLM with --enable-auto-tool-choice --tool-call-parser NAME), or a script that still "
-        "calls the model every turn with the whole history: oracle (known fix after a wrong "
-        "attempt), noop (submits at once), cheat (attacks the test files) (default: model)",
-    )
-    p.add_argument("--only", default=None, help="comma-separated task ids to run (default: all)")
-    p.add_argument(
-        "--limit", type=non_negative_int, default=None, help="run only the first N tasks"
-    )
-    p.add_argument("--repeats", type=positive_int, default=1, help="episodes per task (default: 1)")
-    p.add_argument(
-        "--concurrency", type=positive_int, default=4, help="episodes in flight (default: 4)"
-    )
-    p.add_argument("--model", default=None, help="model name (default: the backend's first)")
-    p.add_argument("--api-key", default=None, help="bearer token for the backend")
-    p.add_argument(
-        "--max-tokens",
-        type=positive_int,
-        default=256,
-        help="completion tokens per call (default: 256)",
-    )
-    p.add_argument(
-        "--temperature",
-        type=bounded(float, 0.0, 2.0),
-        default=0.0,
-        help="sampling temperature, 0 to 2 (default 0)",
-    )
-    p.add_argument(
-        "--max-steps",
-        type=bounded(int, 1, 10_000),
-        default=30,
-        help="actions per episode (default: 30)",
-    )
-    p.add_argument(
-        "--max-submissions",
-        type=bounded(int, 1, 10_000),
-        default=3,
-        help="graded submits per episode (default: 3)",
-    )
-    p.add_argument(
-        "--reward",
-        default="best",
-        help="episode reward over submissions: best, last, discounted[:F[/step|/second]], "
-        "with optional ',cost=X' per extra submission (default: best)",
-    )
-    p.add_argument(
-        "--command-timeout",
-        type=positive_float,
-        default=60.0,
-        help="wall seconds per command (default 60)",
-    )
-    p.add_argument(
-        "--tokenizer",
-        default="auto",
-        help="how the workload's prompts are tokenised: 'server' (the backend's own /tokenize, "
-        "as vLLM serves it: the exact prompt the engine saw), a tokenizer.json or its folder, "
-        "'approx' (built-in approximation), or 'auto' (server when the backend has /tokenize, "
-        "else approx; the default)",
-    )
-    p.add_argument(
-        "--block-size", type=block_size, default=128, help="block size of the workload's chains"
-    )
-    p.add_argument(
-        "--unsafe-no-sandbox",
-        action="store_true",
-        help="run commands directly on the host when bubblewrap is missing (no isolation!)",
-    )
     p.set_defaults(func=run)
 
 
-def _load_tasks(args: argparse.Namespace) -> list[Any]:
+def _load_tasks(cfg: Any) -> list[Any]:
     from kvharness.env.task import load_suite, load_task
 
-    root: Path = args.tasks
+    root: Path = cfg.tasks
     tasks = [load_task(root)] if (root / "task.json").exists() else load_suite(root)
-    if args.only:
-        wanted = [t.strip() for t in args.only.split(",") if t.strip()]
+    if cfg.only:
+        wanted = [t.strip() for t in cfg.only.split(",") if t.strip()]
         known = {t.id for t in tasks}
         missing = [w for w in wanted if w not in known]
         if missing:
             raise UserError(f"no task {', '.join(missing)} in {root}")
         tasks = [t for t in tasks if t.id in wanted]
-    if args.limit is not None:
-        tasks = tasks[: max(0, args.limit)]
+    if cfg.limit is not None:
+        tasks = tasks[: cfg.limit]
     if not tasks:
         raise UserError(f"{root}: no tasks to run")
     return tasks
@@ -209,9 +125,12 @@ def _load_tasks(args: argparse.Namespace) -> list[Any]:
 ROLLOUTS = "rollouts.jsonl"
 
 
-def _resumed(args: argparse.Namespace) -> argparse.Namespace:
-    """The options a run in ``args.resume`` was started with (``--backend`` may override); a
-    config.json from before ``--endpoint`` was renamed has ``endpoint`` for ``backend``."""
+def _resumed(args: argparse.Namespace) -> Any:
+    """The configuration a run in ``args.resume`` was started with (``--backend`` may point it
+    elsewhere; an API key it used is not saved and must be given again)."""
+    from kvharness.configs import SECRET_SET, from_json
+    from kvharness.env.harness.config import RunConfig
+
     root: Path = args.resume
     if args.out is not None:
         raise UserError(
@@ -222,21 +141,23 @@ def _resumed(args: argparse.Namespace) -> argparse.Namespace:
     if not path.is_file() or not (root / ROLLOUTS).is_file():
         raise UserError(f"{root} is not an env run folder (no config.json and {ROLLOUTS})")
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: not a JSON object ({err})") from None
-    if isinstance(saved, dict) and "backend" not in saved and "endpoint" in saved:
-        saved["backend"] = saved.pop("endpoint")
-    if not isinstance(saved, dict) or not {"backend", "tasks"} <= saved.keys():
+        cfg = from_json(RunConfig, path.read_bytes())
+    except msgspec.DecodeError as err:
+        raise UserError(f"{path}: not the config of an env run ({err})") from None
+    if cfg.backend is None or cfg.tasks is None:
         raise UserError(f"{path}: not the config of an env run (no backend and tasks)")
-    merged = {**vars(args), **{k: v for k, v in saved.items() if k in vars(args)}}
-    merged.update(out=root, resume=root, tasks=Path(saved["tasks"]))
     if args.backend is not None:
-        merged["backend"] = args.backend
-    return argparse.Namespace(**merged)
+        cfg = dataclasses.replace(cfg, backend=args.backend)
+    if args.api_key is not None:
+        cfg = dataclasses.replace(cfg, api_key=args.api_key)
+    elif cfg.api_key == SECRET_SET:
+        raise UserError(f"the run in {root} used an API key, which is not saved: give --api-key")
+    return cfg
 
 
-def _check_new(args: argparse.Namespace) -> None:
+def _check_new(args: argparse.Namespace) -> Any:
+    from kvharness.env.harness.config import RunConfig
+
     missing = [f"--{n}" for n in ("backend", "tasks", "out") if getattr(args, n) is None]
     if missing:
         raise UserError(f"give {', '.join(missing)} (or --resume DIR to continue a run)")
@@ -246,6 +167,7 @@ def _check_new(args: argparse.Namespace) -> None:
             f"{args.out} already holds a run; pick another --out or continue it with "
             f"--resume {args.out}"
         )
+    return config_from_args(RunConfig, args)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -260,35 +182,33 @@ def run(args: argparse.Namespace) -> int:
     from kvharness.workload.format import save
     from kvharness.workload.tokenize import load_tokenizer
 
-    if args.resume is not None:
-        args = _resumed(args)
-    else:
-        _check_new(args)
+    cfg = _resumed(args) if args.resume is not None else _check_new(args)
     try:
-        rule = parse_rule(args.reward)
+        rule = parse_rule(cfg.reward)
     except ValueError as err:
         raise UserError(str(err)) from None
-    tasks = _load_tasks(args)
-    mode = args.tokenizer
+    tasks = _load_tasks(cfg)
+    mode = cfg.tokenizer
     tokenizer = None
     if mode not in ("auto", "server"):
         tokenizer = load_tokenizer(None if mode == "approx" else mode)
-    limits = Limits(timeout_s=args.command_timeout, cpu_s=max(1, int(args.command_timeout)))
+    timeout = cfg.command_timeout_s
+    limits = Limits(timeout_s=timeout, cpu_s=max(1, int(timeout)))
     config = EnvConfig(
-        max_steps=args.max_steps,
-        max_submissions=args.max_submissions,
+        max_steps=cfg.max_steps,
+        max_submissions=cfg.max_submissions,
         reward=rule,
         limits=limits,
-        unsafe=args.unsafe_no_sandbox,
+        unsafe=cfg.unsafe_no_sandbox,
     )
-    out: Path = args.out
+    out: Path = args.resume if args.resume is not None else args.out
     if args.resume is None:
         out.mkdir(parents=True, exist_ok=True)
-        resolved = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-        resolved.pop("func", None)
-        resolved["tasks_run"] = [t.id for t in tasks]
+        saved = dataclasses.replace(cfg, tasks_run=tuple(t.id for t in tasks))
         with replacing(out / "config.json") as tmp:
-            tmp.write_text(json.dumps(resolved, indent=2) + "\n")
+            tmp.write_bytes(
+                msgspec.json.format(msgspec.json.encode(to_json_dict(saved)), indent=2) + b"\n"
+            )
 
     rollouts = open_append(out / ROLLOUTS)
     previous = read_rollouts(out / ROLLOUTS) if args.resume is not None else []
@@ -300,11 +220,11 @@ def run(args: argparse.Namespace) -> int:
 
     async def go() -> tuple[list[EpisodeResult], float, list[list[list[int]]] | None]:
         async with ChatClient(
-            args.backend,
-            args.model,
-            max_tokens=args.max_tokens,
-            temperature=args.temperature,
-            api_key=args.api_key,
+            cfg.backend,
+            cfg.model,
+            max_tokens=cfg.max_tokens,
+            temperature=cfg.temperature,
+            api_key=cfg.api_key,
         ) as client:
             try:
                 await client.resolve_model()
@@ -313,11 +233,11 @@ def run(args: argparse.Namespace) -> int:
             start = time.perf_counter()
             fresh = await run_episodes(
                 tasks,
-                args.agent,
+                cfg.agent,
                 client,
                 config,
-                concurrency=args.concurrency,
-                repeats=args.repeats,
+                concurrency=cfg.concurrency,
+                repeats=cfg.repeats,
                 on_done=on_done,
                 skip={ep.episode for ep in previous},
                 origin=origin,
@@ -339,9 +259,9 @@ def run(args: argparse.Namespace) -> int:
     workload = to_workload(
         episodes,
         tokenizer,
-        block_size=args.block_size,
-        name=f"env-{args.agent}",
-        meta={"agent": args.agent, "backend": args.backend, "suite": str(args.tasks)},
+        block_size=cfg.block_size,
+        name=f"env-{cfg.agent}",
+        meta={"agent": cfg.agent, "backend": cfg.backend, "suite": str(cfg.tasks)},
         prompt_ids=prompt_ids,
     )
     save(workload, out / "workload.jsonl")

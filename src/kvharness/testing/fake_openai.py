@@ -50,7 +50,7 @@ from typing import Any, cast
 
 import msgspec
 
-from kvharness.wire.framing import DONE, MAX_HEAD, BodyFraming, parse_head
+from kvharness.wire.framing import DONE, MAX_HEAD, BodyFraming, Headers, parse_head
 
 __all__ = ["FakeOpenAI", "FakeStats", "Plan", "main"]
 
@@ -77,9 +77,12 @@ class FakeStats:
     faults: dict[str, int] = field(default_factory=dict)
 
 
+_NULL = msgspec.Raw(b"null")
+
+
 class _Body(msgspec.Struct):
-    prompt: Any = None
-    messages: Any = None
+    prompt: msgspec.Raw = _NULL
+    messages: msgspec.Raw = _NULL
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     stream: bool = False
@@ -91,6 +94,7 @@ class _Tokenize(msgspec.Struct):
 
 
 _decode = msgspec.json.Decoder(_Body)
+_ids = msgspec.json.Decoder(list[int])
 _json = msgspec.json.Encoder()
 
 
@@ -120,10 +124,10 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._buf = b""
-        self._head: tuple[str, str, dict[str, str]] | None = None
+        self._head: tuple[str, str, Headers] | None = None
         self._framing = BodyFraming()
         self._body: list[bytes] = []
-        self._queue: deque[tuple[str, str, dict[str, str], bytes]] = deque()
+        self._queue: deque[tuple[str, str, Headers, bytes]] = deque()
         self._busy: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -149,10 +153,11 @@ class _Conn(asyncio.Protocol):
                             raise ValueError("request head too large")
                         self._buf = data[pos:]
                         return
-                    (method, path, *_), headers = parse_head(data[pos:end])
+                    head = parse_head(data[pos:end])
+                    verb, target, *_ = head.first
                     pos = end + 4
-                    self._head = (method, path, headers)
-                    self._framing = BodyFraming.of(headers, until_close=False)
+                    self._head = (verb.decode("latin-1"), target.decode("latin-1"), head.headers)
+                    self._framing.start(head, until_close=False)
                 if self._framing.state != DONE:
                     pos = self._framing.feed(data, pos, self._body)
                     if self._framing.state != DONE:
@@ -252,7 +257,7 @@ class FakeOpenAI:
     # -- answers ----------------------------------------------------------------------------
 
     def _answer(
-        self, conn: _Conn, method: str, path: str, headers: dict[str, str], body: bytes
+        self, conn: _Conn, method: str, path: str, headers: Headers, body: bytes
     ) -> Coroutine[Any, Any, None] | None:
         """Answer one request: written now (None), or a coroutine that answers it."""
         self.stats.requests += 1
@@ -299,7 +304,7 @@ class FakeOpenAI:
         )
 
     def _completion(
-        self, conn: _Conn, chat: bool, headers: dict[str, str], body: bytes
+        self, conn: _Conn, chat: bool, headers: Headers, body: bytes
     ) -> Coroutine[Any, Any, None] | None:
         stats = self.stats
         n = stats.completions
@@ -344,13 +349,15 @@ class FakeOpenAI:
         asked = req.max_tokens if req.max_tokens is not None else req.max_completion_tokens
         n = self.tokens if self.tokens is not None else asked or DEFAULT_TOKENS
         n = max(1, min(n, MAX_TOKENS))
-        prompt = req.messages if chat else req.prompt
-        text = _json.encode(prompt)
-        if isinstance(prompt, list) and all(type(t) is int for t in prompt):
-            prompt_tokens = len(prompt)  # token ids, counted as an engine counts them
-        else:
-            prompt_tokens = len(json.dumps(prompt)) // 4  # about 4 characters a token
-        key = hash(text)
+        raw = bytes(memoryview(req.messages if chat else req.prompt))
+        try:
+            prompt_tokens = len(_ids.decode(raw))  # token ids, counted as an engine counts them
+        except msgspec.DecodeError:
+            try:  # about 4 characters a token
+                prompt_tokens = len(json.dumps(msgspec.json.decode(raw))) // 4
+            except RecursionError:
+                return _plain(400, b'{"error":{"message":"bad body: nested too deeply"}}')
+        key = hash(raw)
         cached = prompt_tokens if key in self._seen else 0
         self._seen.add(key)
         self.stats.queries += prompt_tokens

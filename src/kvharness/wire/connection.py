@@ -21,7 +21,7 @@ from kvharness.wire.errors import (
     HeadTimeout,
     WireError,
 )
-from kvharness.wire.framing import DONE, MAX_HEAD, UNTIL_CLOSE, BodyFraming, parse_head
+from kvharness.wire.framing import DONE, MAX_HEAD, UNTIL_CLOSE, BodyFraming, Headers, parse_head
 
 __all__ = ["Connection", "Exchange", "Pool", "Receiver", "Target"]
 
@@ -38,8 +38,8 @@ class Receiver(Protocol):
     ``fail``.
     """
 
-    def head(self, status: int, headers: dict[str, str]) -> None:
-        """The response head; header names lower-cased."""
+    def head(self, status: int, headers: Headers) -> None:
+        """The response head."""
 
     def data(self, piece: bytes) -> None:
         """One piece of payload (framing removed)."""
@@ -138,7 +138,7 @@ _HEAD = -1
 class Connection(asyncio.Protocol):
     """One connection; at most one exchange at a time. Parses the response as bytes arrive."""
 
-    __slots__ = ("_buf", "_got_bytes", "_last", "_room", "_timer", "body", "closed", "ex",
+    __slots__ = ("_buf", "_got_bytes", "_last", "_room", "_silence", "_timer", "body", "closed", "ex",
                  "idle_since", "key", "pool", "reusable", "served", "state", "transport")  # fmt: skip
 
     def __init__(self, pool: Pool, key: tuple[str, str, int]) -> None:
@@ -156,6 +156,8 @@ class Connection(asyncio.Protocol):
         self._buf = b""
         self._got_bytes = False
         self._last = 0.0
+        self._silence = False
+        """The exchange has a read timeout: the time of each arrival is kept."""
         self._timer: asyncio.TimerHandle | None = None
         self._room: asyncio.Future[None] | None = None
         """Set while the socket's send buffer is full (a large request body waits for it)."""
@@ -195,20 +197,41 @@ class Connection(asyncio.Protocol):
             room.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        if self.ex is None:
+        """Parse what arrived: the head once, then the body; the payload goes to the receiver.
+        (One function on purpose: this runs for every piece of every streamed answer.)"""
+        ex = self.ex
+        if ex is None:
             self.reusable = False  # unsolicited bytes: this connection is not reused
             return
         self._got_bytes = True
-        if self._timer is not None:
+        if self._silence:
             self._last = self.pool.loop.time()
         if self._buf:
             data = self._buf + data
             self._buf = b""
+        out: list[bytes] = []
         try:
-            self._parse(data)
+            pos = 0
+            if self.state == _HEAD:
+                pos = self._head(data)
+                if pos < 0:
+                    return
+            if self.state != DONE:
+                pos = self.body.feed(data, pos, out)
+                self.state = self.body.state
         except ValueError as err:
             bad = BadHead if self.state == _HEAD else BadBody
             self._fail(bad(f"malformed response: {err}"))
+            return
+        if pos < len(data):
+            if self.state == DONE:
+                self.reusable = False  # bytes past the end of the answer
+            else:
+                self._buf = data[pos:]
+        if out:
+            ex.receiver.data(out[0] if len(out) == 1 else b"".join(out))
+        if self.state == DONE and self.ex is ex:
+            self._finish()
 
     # -- exchange -------------------------------------------------------------------------
 
@@ -218,12 +241,14 @@ class Connection(asyncio.Protocol):
         ex.conn = self
         self.state = _HEAD
         self._got_bytes = False
+        self._silence = ex.read_timeout_s is not None
         loop = self.pool.loop
-        if ex.timeout_s is not None or ex.read_timeout_s is not None:
+        if ex.timeout_s is not None or self._silence:
             now = self._last = loop.time()
             if ex.timeout_s is not None and not ex.deadline:
                 ex.deadline = now + ex.timeout_s
-            self._timer = loop.call_at(self._next_check(ex), self._check_time)
+            at = ex.deadline if not self._silence else self._next_check(ex)
+            self._timer = loop.call_at(at, self._check_time)
 
     async def write_body(self, ex: Exchange) -> None:
         """Write a large body a piece at a time as the socket takes it (stops early when the
@@ -237,28 +262,6 @@ class Connection(asyncio.Protocol):
                 return
             self.transport.write(body[pos : pos + _WRITE_PIECE])
 
-    def _parse(self, data: bytes) -> None:
-        pos = 0
-        out: list[bytes] = []
-        if self.state == _HEAD:
-            pos = self._head(data)
-            if pos < 0:
-                return
-        if self.state != DONE:
-            pos = self.body.feed(data, pos, out)
-            if self.body.state == DONE:
-                self.state = DONE
-        if pos < len(data):
-            if self.state == DONE:
-                self.reusable = False  # bytes past the end of the answer
-            else:
-                self._buf = data[pos:]
-        ex = self.ex
-        if out and ex is not None:
-            ex.receiver.data(out[0] if len(out) == 1 else b"".join(out))
-        if self.state == DONE and self.ex is ex and ex is not None:
-            self._finish()
-
     def _head(self, data: bytes) -> int:
         """Read response heads off ``data`` (skipping interim ones); the position after the
         final head, or -1 when it is not all in yet (what there is is kept)."""
@@ -270,30 +273,33 @@ class Connection(asyncio.Protocol):
                     raise ValueError("response head too large")
                 self._buf = data[pos:]
                 return -1
-            first, headers = parse_head(data[pos:end])
-            if len(first) < 2 or not first[0].startswith("HTTP/1.") or not first[1].isdigit():
+            head = parse_head(data[pos:end])
+            first = head.first
+            if len(first) < 2 or not first[0].startswith(b"HTTP/1.") or not first[1].isdigit():
                 raise ValueError(f"bad status line {data[pos : pos + 80]!r}")
             pos = end + 4
-            version, status = first[0], int(first[1])
+            status = int(first[1])
             if not 100 <= status < 200:
                 break
-        if version != "HTTP/1.1" or "close" in headers.get("connection", "").lower():
+        if head.close or first[0] != b"HTTP/1.1":
             self.reusable = False
         if status in (204, 304):
-            self.body = BodyFraming()
+            self.body.state = DONE
         else:
-            self.body = BodyFraming.of(headers, until_close=True)
+            self.body.start(head, until_close=True)
             if self.body.state == UNTIL_CLOSE:
                 self.reusable = False
         self.state = self.body.state
         assert self.ex is not None
-        self.ex.receiver.head(status, headers)
+        self.ex.receiver.head(status, head.headers)
         return pos
 
     def _finish(self) -> None:
         ex = self.ex
         assert ex is not None
-        self._cancel_timer()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.ex = None
         self.served += 1
         self.pool.release(self)

@@ -7,7 +7,8 @@ on; :func:`encode_headers` writes header lines that cannot break a head.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from typing import NamedTuple
 
 __all__ = [
     "CRLF",
@@ -19,6 +20,8 @@ __all__ = [
     "TRAILER",
     "UNTIL_CLOSE",
     "BodyFraming",
+    "Head",
+    "Headers",
     "encode_headers",
     "parse_head",
 ]
@@ -27,19 +30,82 @@ MAX_HEAD = 64 * 1024
 """Bytes a message head may take."""
 
 
-def parse_head(raw: bytes) -> tuple[list[str], dict[str, str]]:
-    """A message head (without its blank line) as the first line's three parts and the
-    headers, names lower-cased (a repeated header keeps its last value). ValueError when a
-    header line has no colon."""
-    text = raw.decode("latin-1")
-    first, *lines = text.split("\r\n")
-    headers: dict[str, str] = {}
-    for line in lines:
-        name, sep, value = line.partition(":")
-        if not sep:
-            raise ValueError(f"bad header line {line[:80]!r}")
-        headers[name.strip().lower()] = value.strip()
-    return first.split(" ", 2), headers
+class Headers(Mapping[str, str]):
+    """A message's header lines, looked up by name (any case; a repeated header gives its last
+    value, stripped). They are decoded on the first lookup, not before, so a reader that looks
+    up none (the bench's) pays for none; :meth:`raw` finds one in the head's bytes."""
+
+    __slots__ = ("_all", "_lines", "_low", "_raw")
+
+    def __init__(self, lines: bytes) -> None:
+        self._lines = lines
+        self._raw = self._low = b""
+        self._all: dict[str, str] | None = None
+
+    def raw(self, name: bytes) -> bytes | None:
+        """The value of header ``name`` (lower-case bytes) as bytes, or None."""
+        if not self._raw:
+            self._raw = b"\r\n" + self._lines + b"\r\n"
+            self._low = self._raw.lower()
+        low = self._low
+        at = low.rfind(b"\r\n" + name + b":")
+        if at < 0:
+            return None
+        start = at + len(name) + 3
+        return self._raw[start : low.find(b"\r\n", start)].strip()
+
+    def __getitem__(self, name: str) -> str:
+        return self._mapping()[name.lower()]
+
+    def _mapping(self) -> dict[str, str]:
+        if self._all is None:
+            self._all = {}
+            for line in self._lines.decode("latin-1").split("\r\n"):
+                name, _, value = line.partition(":")
+                if name:
+                    self._all[name.strip().lower()] = value.strip()
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return len(self._mapping())
+
+
+class Head(NamedTuple):
+    """A message head: its first line's parts, its headers, and what frames its body."""
+
+    first: list[bytes]
+    """The first line's three parts (method, target, version; or version, status, reason)."""
+    headers: Headers
+    chunked: bool
+    """``Transfer-Encoding`` says chunked."""
+    length: int | None
+    """``Content-Length`` (None when absent)."""
+    close: bool
+    """``Connection: close``."""
+
+
+def parse_head(raw: bytes) -> Head:
+    """A message head (without its blank line). ValueError when a header line has no colon or
+    the length is not a number; one pass over the lines, decoding none of them."""
+    first, _, lines = raw.partition(b"\r\n")
+    chunked = close = False
+    length = None
+    if lines:
+        for line in lines.split(b"\r\n"):
+            name, sep, value = line.partition(b":")
+            if not sep:
+                raise ValueError(f"bad header line {line[:80]!r}")
+            name = name.strip().lower()
+            if name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"content-length":
+                length = int(value)
+            elif name == b"connection":
+                close = b"close" in value.lower()
+    return Head(first.split(b" ", 2), Headers(lines), chunked, length, close)
 
 
 def encode_headers(pairs: Iterable[tuple[str, str]]) -> bytes:
@@ -71,19 +137,18 @@ class BodyFraming:
         self.state = state
         self.need = need
 
-    @classmethod
-    def of(cls, headers: dict[str, str], *, until_close: bool) -> BodyFraming:
-        """The framing a head announces; without length or chunking, the body runs until the
-        connection closes (``until_close``: responses) or is empty (requests)."""
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            return cls(SIZE)
-        length = headers.get("content-length")
-        if length is not None:
-            need = int(length)
-            if need < 0:
+    def start(self, head: Head, *, until_close: bool) -> None:
+        """Frame the body ``head`` announces; without length or chunking, the body runs until
+        the connection closes (``until_close``: responses) or is empty (requests)."""
+        self.need = 0
+        if head.chunked:
+            self.state = SIZE
+        elif head.length is not None:
+            if head.length < 0:
                 raise ValueError("negative content-length")
-            return cls(LENGTH, need) if need else cls()
-        return cls(UNTIL_CLOSE) if until_close else cls()
+            self.state, self.need = (LENGTH, head.length) if head.length else (DONE, 0)
+        else:
+            self.state = UNTIL_CLOSE if until_close else DONE
 
     def feed(self, data: bytes, pos: int, out: list[bytes]) -> int:
         end_of_data = len(data)

@@ -130,7 +130,7 @@ class Client:
         :func:`encode_headers`; Host and Content-Length are added) and return the exchange;
         everything after this reaches ``receiver``. ``timeout_s`` / ``read_timeout_s``
         override the client's. Raises ValueError for a URL that is not ``http(s)://HOST``."""
-        target = self._target(method, url)
+        target = self._targets.get((method, url)) or self._target(method, url)
         length = b"Content-Length: %d\r\n\r\n" % len(body) if body or method != "GET" else b"\r\n"
         ex = Exchange(
             target,
@@ -160,7 +160,7 @@ class Client:
         """Start an exchange with a :class:`Response` and return it once its head is in.
         Raises :class:`ConnectError` (or ValueError for a bad URL); the caller must
         :meth:`Response.release` what it gets."""
-        resp = Response()
+        resp = Response(self.loop)
         resp.exchange = self.start(
             method, url, resp, body, headers, timeout_s=timeout_s, read_timeout_s=read_timeout_s
         )

@@ -12,8 +12,6 @@ from typing import Any
 
 import msgspec
 
-from kvharness.wire.sse import DONE, data_lines
-
 __all__ = [
     "Chunk",
     "Delta",
@@ -117,16 +115,20 @@ def usage_of_body(body: bytes) -> Usage | None:
 
 def usage_of_stream(stream: bytes) -> Usage | None:
     """The last usage in a stream's ``data:`` lines (a tail of it will do, as long as it holds
-    the usage chunk whole); None when there is none."""
-    for payload in reversed(data_lines(stream)):
-        if payload == DONE or b'"usage"' not in payload:
-            continue
+    the usage chunk whole); None when there is none. Decodes only the lines that mention it."""
+    at = stream.rfind(b'"usage"')
+    while at >= 0:
+        start = stream.rfind(b"data:", 0, at)
+        if start < 0:
+            return None
+        end = stream.find(b"\n", at)
         try:
-            usage = decode_chunk(payload).usage
+            usage = decode_chunk(stream[start + 5 : end if end >= 0 else None].strip()).usage
         except msgspec.DecodeError:
-            continue
+            usage = None
         if usage is not None:
             return usage
+        at = stream.rfind(b'"usage"', 0, start)
     return None
 
 

@@ -15,6 +15,7 @@ import msgspec
 
 from kvharness.wire.connection import Exchange
 from kvharness.wire.errors import TooLarge, WireError
+from kvharness.wire.framing import Headers
 
 __all__ = ["Response", "Sink"]
 
@@ -28,11 +29,12 @@ class Response:
     whole (:meth:`read`), or as it comes (:meth:`first` then :meth:`relay`). Call
     :meth:`release` when done with it (always): an answer not read to its end is aborted."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self.exchange: Exchange | None = None
         self.status = 0
-        self.headers: dict[str, str] = {}
-        """Response headers, names lower-cased."""
+        self.headers: Headers = Headers(b"")
+        """Response headers."""
         self.complete = False
         """The whole body has been received."""
         self.receiver_gone = False
@@ -49,7 +51,7 @@ class Response:
 
     # -- fed by the connection ------------------------------------------------------------
 
-    def head(self, status: int, headers: dict[str, str]) -> None:
+    def head(self, status: int, headers: Headers) -> None:
         self.status = status
         self.headers = headers
         self._has_head = True
@@ -96,7 +98,7 @@ class Response:
             w.set_result(None)
 
     async def _wait(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = self._loop.create_future()
         try:
             await self._waiter
         finally:

@@ -7,7 +7,7 @@ over several ``data:`` lines; other fields (``event:``, ``id:``, comments) are s
 
 from __future__ import annotations
 
-__all__ = ["DONE", "SSEParser", "data_lines"]
+__all__ = ["DONE", "SSEParser"]
 
 DONE = b"[DONE]"
 """The payload that ends an OpenAI stream."""
@@ -38,12 +38,3 @@ class SSEParser:
     def pending(self) -> int:
         """Bytes of an unfinished line held back."""
         return len(self._rest)
-
-
-def data_lines(stream: bytes) -> list[bytes]:
-    """Every ``data:`` payload of a whole (or tail of a) stream, its last line included even
-    when unterminated."""
-    parser = SSEParser()
-    out = parser.feed(stream)
-    out.extend(parser.feed(b"\n") if parser.pending else ())
-    return out
