@@ -119,8 +119,8 @@ def encode_headers(pairs: Iterable[tuple[str, str]]) -> bytes:
     return b"".join(out)
 
 
-# Body framing states.
-SIZE, DATA, CRLF, TRAILER, LENGTH, UNTIL_CLOSE, DONE = range(7)
+# Body framing states; the two that copy payload come first, so one comparison finds them.
+DATA, LENGTH, SIZE, CRLF, TRAILER, UNTIL_CLOSE, DONE = range(7)
 
 
 class BodyFraming:
@@ -154,7 +154,7 @@ class BodyFraming:
         end_of_data = len(data)
         state = self.state
         while pos < end_of_data and state != DONE:
-            if state in (DATA, LENGTH):
+            if state <= LENGTH:  # DATA or LENGTH
                 take = min(self.need, end_of_data - pos)
                 out.append(data[pos : pos + take])
                 pos += take

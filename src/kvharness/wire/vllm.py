@@ -82,18 +82,25 @@ def _url(base: str, path: str) -> str:
     return base.rstrip("/") + path
 
 
+def _field(what: str, status: int, body: bytes, name: str) -> Any:
+    """Field ``name`` of the JSON object a 200 answer to ``what`` holds; :class:`Unexpected`
+    saying what was wrong otherwise."""
+    if status != 200:
+        text = " ".join(body.decode("utf-8", "replace").split())[:200]
+        raise Unexpected(f"{what}: http {status}: {text}", status)
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        raise Unexpected(f"{what}: the answer is not JSON", status) from None
+    return data.get(name) if isinstance(data, dict) else None
+
+
 async def models(client: Client, base: str, *, timeout_s: float = 10.0) -> list[dict[str, Any]]:
     """The model objects ``GET /v1/models`` lists (those with a string ``id``). Raises
     :class:`~kvharness.wire.http.WireError` (:class:`Unexpected` for a status other than 200
     or an answer of another shape)."""
     status, body = await client.get(_url(base, "/v1/models"), timeout_s=timeout_s)
-    if status != 200:
-        raise Unexpected(f"GET /v1/models: http {status}", status)
-    try:
-        data = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        raise Unexpected("GET /v1/models: the answer is not JSON", status) from None
-    listed = data.get("data") if isinstance(data, dict) else None
+    listed = _field("GET /v1/models", status, body, "data")
     if not isinstance(listed, list):
         raise Unexpected("GET /v1/models: no 'data' list in the answer", status)
     return [m for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
@@ -118,14 +125,7 @@ async def tokenize(
     status, body = await client.post(
         _url(base, "/tokenize"), _json.encode(dict(request)), timeout_s=timeout_s
     )
-    if status != 200:
-        text = " ".join(body.decode("utf-8", "replace").split())[:200]
-        raise Unexpected(f"POST /tokenize: http {status}: {text}", status)
-    try:
-        data = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        raise Unexpected("POST /tokenize: the answer is not JSON", status) from None
-    tokens = data.get("tokens") if isinstance(data, dict) else None
+    tokens = _field("POST /tokenize", status, body, "tokens")
     if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
         raise Unexpected("POST /tokenize: no 'tokens' list of ids in the answer", status)
     return tokens
