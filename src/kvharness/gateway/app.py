@@ -194,7 +194,7 @@ class Gateway:
         )
 
     async def _health(self, request: web.Request) -> web.Response:
-        healthy = sum(self.router.healthy[i] for i in range(len(self.replicas.urls)))
+        healthy = sum(self.router.healthy)
         body = {"status": "ok" if healthy else "unavailable", "healthy_replicas": healthy}
         return web.Response(
             status=200 if healthy else 503, body=_json.encode(body), content_type="application/json"

@@ -143,7 +143,7 @@ class Replicas:
         cfg = self.config
         if cfg.block_size is not None and cfg.capacity_blocks is not None:
             return None
-        texts = await self.metrics_texts()
+        texts = await self.metrics_texts(timeout_s=5.0)
         infos = [vllm.cache_config(t) if t is not None else vllm.EngineInfo(None, None)
                  for t in texts]  # fmt: skip
         found = None
