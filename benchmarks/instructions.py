@@ -10,8 +10,7 @@ the cost of one request (start-up and imports cancel out).
   workload and its ``measure``) to the FAKE OpenAI server (``kvharness.testing.fake_openai``, 8
   streamed tokens per answer, sent at once) running outside callgrind.
 * ``gateway``: ``kvharness gateway`` (policy agent_aware, the tiny model's tokenizer) in front of
-  the fake server (32 tokens per answer, 5 ms apart, so each reaches the gateway on its own even
-  at callgrind's pace); 8 closed-loop streams of chat
+  the fake server (32 tokens per answer, each written on its own); 8 closed-loop streams of chat
   requests (``gateway_overhead.py``'s requests and load generator) run outside callgrind.
 
 ``--compare SRC`` counts the same for the kvharness in the folder SRC (its ``benchmarks/``
@@ -142,7 +141,7 @@ def main() -> None:
         ap.error(f"--compare: no kvharness package in {args.compare}")
     # The client's answers come whole (8 tokens); the gateway's token by token (32, a write
     # each), so it relays them piece by piece as it does an engine's.
-    fakes = {"client": ["--tokens", "8"], "gateway": ["--token-ms", "5"]}
+    fakes = {"client": ["--tokens", "8"], "gateway": ["--token-ms", "1"]}
     procs = {}
     for subject, extra in fakes.items():
         port = free_port()
