@@ -2,7 +2,9 @@
 
 ``vllm_replicas`` is one replica shared by the whole session (started on first use, about 30 s);
 ``vllm_pool.get(n)`` shares ``n``. Tests that kill, restart or squeeze a server start their own with
-``vllm_factory``, stopped when the test ends. ``KVHARNESS_VLLM_URL`` (comma-separated base URLs)
+``vllm_factory``, stopped when the test ends. ``real_replica`` is one shared replica serving the
+real small model (SmolLM2-135M-Instruct, ``make real-model``) with vLLM's hermes tool parser, for
+tests whose output text matters. ``KVHARNESS_VLLM_URL`` (comma-separated base URLs)
 points all of them at running servers instead (``vllm_factory`` still starts private ones).
 Tests that use them must carry ``@pytest.mark.vllm``.
 """
@@ -16,10 +18,12 @@ from typing import Any
 import pytest
 
 from kvharness.testing import (
+    REAL_MODEL_NAME,
     ReplicaConfig,
     ReplicaPool,
     VllmReplica,
     ensure_tiny_model,
+    real_model_dir,
     start_replica,
 )
 
@@ -51,6 +55,29 @@ def vllm_pool(vllm_config: ReplicaConfig) -> Iterator[ReplicaPool]:
 def vllm_replicas(vllm_pool: ReplicaPool) -> Sequence[VllmReplica]:
     """One shared, warmed-up replica (a list, for code that takes many). Do not kill it."""
     return vllm_pool.get(1)
+
+
+@pytest.fixture(scope="session")
+def real_model() -> Path:
+    """SmolLM2-135M-Instruct, built under .cache/ by ``make real-model`` (a prerequisite of ``make
+    test``)."""
+    return real_model_dir(REPO / ".cache" / "smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def real_replica(real_model: Path) -> Iterator[VllmReplica]:
+    """One shared replica of the real model, tool calls parsed by vLLM's hermes parser."""
+    cfg = ReplicaConfig(
+        model_dir=real_model,
+        served_name=REAL_MODEL_NAME,
+        max_model_len=8192,
+        extra_args=("--enable-auto-tool-choice", "--tool-call-parser", "hermes"),
+    )
+    rep = start_replica(cfg)
+    try:
+        yield rep
+    finally:
+        rep.stop()
 
 
 @pytest.fixture

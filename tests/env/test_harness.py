@@ -222,3 +222,25 @@ async def test_model_agent_loop_with_a_tool_parsing_server(
     assert len(nudges) == 4
     prompts = [c.call.prompt_tokens for c in ep.calls]
     assert all(b > a for a, b in itertools.pairwise(prompts))
+
+
+async def test_model_agent_with_the_real_model(
+    real_replica: VllmReplica, suite: tuple[Path, list[Task]]
+) -> None:
+    """The env's model agent driven by the real small model: every reply is text in words or a
+    tool call, each call the model makes reaches the environment (run, or answered with its
+    error), and the fraction that parse as valid actions is measured, not assumed."""
+    _, tasks = suite
+    config = replace(CONFIG[0], max_steps=3)
+    async with ChatClient(real_replica.url, real_replica.model, max_tokens=96) as client:
+        episodes = await run_episodes(tasks[:2], "model", client, config, concurrency=2)
+    replies = [m for ep in episodes for m in ep.messages if m["role"] == "assistant"]
+    assert all(ep.error is None for ep in episodes), [ep.error for ep in episodes]
+    assert replies and all(m.get("content") or m.get("tool_calls") for m in replies)
+    words = " ".join(m.get("content") or "" for m in replies).lower().split()
+    assert sum(w in {"the", "a", "to", "is", "and", "of", "you", "i"} for w in words) >= 3, words
+    calls = sum(len(ep.calls) for ep in episodes)
+    runs = [run for ep in episodes for run in ep.tool_runs]
+    assert len(runs) == sum(len(m.get("tool_calls") or ()) for m in replies)
+    valid = sum(run.error is None for run in runs)
+    print(f"real model: {valid} of {calls} model calls were valid actions ({len(runs)} tool calls)")
