@@ -5,7 +5,8 @@
 ``vllm_factory``, stopped when the test ends. ``real_replica`` is one shared replica serving the
 real small model (SmolLM2-135M-Instruct, ``make real-model``) with vLLM's hermes tool parser, for
 tests whose output text matters. ``KVHARNESS_VLLM_URL`` (comma-separated base URLs)
-points all of them at running servers instead (``vllm_factory`` still starts private ones).
+points the tiny-model fixtures at running servers instead (``vllm_factory`` and ``real_replica``
+still start their own).
 Tests that use them must carry ``@pytest.mark.vllm``.
 """
 
