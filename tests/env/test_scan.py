@@ -4,6 +4,8 @@ only on lines the agent added or changed; the per-task allow-list works; ordinar
 from __future__ import annotations
 
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -162,3 +164,41 @@ def test_non_python_and_deleted_files_are_not_scanned() -> None:
         Change("pkg/gone.py", b"import os\n", None),
     ]
     assert scan_changes(changes) == []
+
+
+class _Yields:
+    """Cyclic garbage whose finalizer sleeps: when the collector runs inside ``ast.parse`` (it
+    does, on allocation), the sleep hands the interpreter to another thread mid-parse."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        time.sleep(0.0002)
+
+
+def test_scans_from_concurrent_threads_do_not_trip_over_each_other() -> None:
+    """Grading scans in one worker thread per episode; CPython 3.11's AST constructor shares its
+    recursion-depth count between threads, so unserialised parses fail with a SystemError."""
+    body = "".join(
+        f"def f{i}(a, b):\n    return [(a + {i}) * (b - [{i}, (a, b)][0])]\n" for i in range(150)
+    )
+    change = [Change("pkg/mod.py", None, body.encode())]
+    failures: list[BaseException] = []
+
+    def scan_many() -> None:
+        for _ in range(30):
+            for _ in range(40):
+                _Yields()
+            try:
+                assert scan_changes(change) == []
+            except BaseException as err:
+                failures.append(err)
+                return
+
+    threads = [threading.Thread(target=scan_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []

@@ -22,12 +22,19 @@ from __future__ import annotations
 import ast
 import difflib
 import io
+import threading
 import tokenize
 from collections.abc import Collection, Iterator, Sequence
 
 from kvharness.env.workspace import Change
 
 __all__ = ["FORBIDDEN", "scan_changes", "scan_findings"]
+
+# CPython 3.11 keeps the AST constructor's recursion depth in state shared by every thread, so two
+# threads in ``ast.parse`` at once can fail with a spurious ``SystemError`` ("AST constructor
+# recursion depth mismatch", python/cpython#106905). Grading runs scans in worker threads, one per
+# concurrent episode; parsing is short, so it is serialised.
+_PARSE_LOCK = threading.Lock()
 
 _FRAMEWORK = "reaches the test framework"
 _EXIT = "reaches the interpreter's exit machinery"
@@ -254,7 +261,8 @@ def _findings(path: str, data: bytes, lines: set[int]) -> Iterator[tuple[str, st
                 f"{path}:1: declares the source encoding {encoding} (only UTF-8 is checked)",
             )
             return
-        tree = ast.parse(data, filename=path)
+        with _PARSE_LOCK:
+            tree = ast.parse(data, filename=path)
     except (SyntaxError, ValueError) as err:
         line = getattr(err, "lineno", None) or 1
         detail = err.msg if isinstance(err, SyntaxError) else str(err)
