@@ -257,7 +257,10 @@ class GatewayThread:
         self.url = f"http://127.0.0.1:{self.gateway.port}"
 
     def close(self) -> None:
+        """Stop the gateway and its loop (again: nothing)."""
         assert self.gateway is not None
+        if self.loop.is_closed():
+            return
         asyncio.run_coroutine_threadsafe(self.gateway.stop(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)

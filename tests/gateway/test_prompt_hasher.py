@@ -8,14 +8,14 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kvharness.gateway.prompt_hasher import PromptHasher, common_prefix_len
+from kvharness.gateway.prompt_hasher import PromptHasher
 from kvharness.gateway.tokenizer import (
     ChatTemplate,
     EngineTokenizer,
     TemplateError,
     load_engine_tokenizer,
 )
-from kvharness.workload.chain import chain_hashes
+from kvharness.workload.chain import chain_hashes, common_prefix_len
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "swe-agent"
 BS = 128

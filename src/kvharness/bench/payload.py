@@ -3,8 +3,10 @@
 Hash-only turns become ``/v1/completions`` requests whose ``prompt`` is the materialised token-id
 list, or with ``words`` the text of one word per token, each after a space (see
 :mod:`kvharness.bench.words`); each block's ids or text are encoded to JSON once and reused, so a
-growing prompt costs a join of cached fragments. Turns with messages become ``/v1/chat/completions`` requests whose messages are the
-session's messages so far (turn ``i`` sends the messages of turns ``0..i``).
+growing prompt costs a join of cached fragments. Turns with their exact token ids (a recording
+that kept content) send those ids, whatever the prompt format. Turns with messages become
+``/v1/chat/completions`` requests whose messages are the session's messages so far (turn ``i``
+sends the messages of turns ``0..i``).
 """
 
 from __future__ import annotations
@@ -96,6 +98,15 @@ class PayloadBuilder:
             )
         )  # fmt: skip
 
+    def completions_ids(self, ids: Sequence[int], max_tokens: int) -> bytes:
+        """A ``/v1/completions`` body whose prompt is exactly ``ids``."""
+        return b"".join(
+            (
+                b'{"model":', self.model, b',"prompt":', _enc.encode(ids),
+                b',"max_tokens":%d' % max_tokens, self._tail, b"}",
+            )
+        )  # fmt: skip
+
     def chat(self, messages_json: bytes, max_tokens: int) -> bytes:
         """``messages_json``: the encoded messages, comma-joined, without brackets."""
         return b"".join(
@@ -110,6 +121,8 @@ class PayloadBuilder:
         :func:`encode_messages`); only used for message turns."""
         turn = session.turns[index]
         max_tokens = max(1, turn.output_tokens)
+        if turn.prompt_ids is not None:
+            return COMPLETIONS, self.completions_ids(turn.prompt_ids, max_tokens)
         if turn.messages is None:
             return COMPLETIONS, self.completions(turn.input, max_tokens)
         return CHAT, self.chat(b",".join(h for h in history[: index + 1] if h), max_tokens)

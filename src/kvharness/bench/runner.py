@@ -128,7 +128,7 @@ class Runner:
         path, body = self.builder.request(s, index, self._history_of(s))
         url = backend + path
         hit = self.ideal.visit(turn.input)
-        k = self._special if turn.messages is None else 0
+        k = self._special if turn.messages is None and turn.prompt_ids is None else 0
         ideal = engine_cached_tokens(
             hit.tokens + k if hit.tokens else 0, turn.input_tokens + k, self.cfg.engine_block_size
         )
@@ -253,7 +253,7 @@ class Runner:
             t.input
             for s in self.workload.sessions
             for i, t in enumerate(s.turns)
-            if t.messages is None and (s.id, i) not in self.finished
+            if t.messages is None and t.prompt_ids is None and (s.id, i) not in self.finished
         )
         for s in self.workload.sessions:
             self._history_of(s)

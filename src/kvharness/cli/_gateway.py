@@ -127,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+        if config.record is not None:
+            what = "hashes, token ids and messages" if config.record_content else "hashes only"
+            print(f"recording to {config.record} ({what})", file=sys.stderr, flush=True)
         try:
             await asyncio.Event().wait()
         finally:

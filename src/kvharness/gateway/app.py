@@ -41,6 +41,7 @@ from kvharness.gateway.answers import error_response
 from kvharness.gateway.config import GatewayConfig
 from kvharness.gateway.metrics import PREFIX, GatewayMetrics, ReplicaView
 from kvharness.gateway.pipeline import Pipeline
+from kvharness.gateway.recorder import Recorder
 from kvharness.gateway.replicas import Replicas
 from kvharness.gateway.router import Router
 from kvharness.gateway.tokenizer import EngineTokenizer, load_engine_tokenizer
@@ -48,6 +49,7 @@ from kvharness.routing.base import ReplicaState
 from kvharness.routing.index import PrefixIndex
 from kvharness.routing.registry import make_policy
 from kvharness.wire.http import Client
+from kvharness.workload.recording import RecordingWriter
 
 __all__ = ["Gateway"]
 
@@ -99,6 +101,13 @@ class Gateway:
         self.replicas = Replicas(config, self.router, tokenizer)
         self.metrics = GatewayMetrics()
         self.pipeline = Pipeline(config, self.router, self.replicas, self.metrics, tokenizer)
+        if config.record is not None:
+            writer = RecordingWriter(
+                config.record,
+                content=config.record_content,
+                max_part_bytes=config.record_part_bytes,
+            )
+            self.pipeline.recorder = Recorder(writer)
         self.metrics.watch(
             lambda: [
                 ReplicaView(u, s, e, self.router.healthy[i])
@@ -144,6 +153,8 @@ class Gateway:
         finally:
             await self.replicas.stop()
             self._client.close()
+            if self.pipeline.recorder is not None:
+                self.pipeline.recorder.close()
 
     async def start(self) -> int:
         """Start listening; returns the port (useful with ``port=0``)."""
@@ -223,6 +234,7 @@ class Gateway:
             "buffered_bytes": self.pipeline.budget.held,
             "replicas": self.replicas.status(),
             "hashing": self.pipeline.status(),
+            "recording": self.pipeline.recorder.status() if self.pipeline.recorder else None,
             "config": to_json_dict(self.config),
         }
 

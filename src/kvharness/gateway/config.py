@@ -146,6 +146,23 @@ class GatewayConfig:
         "the gateway's tokenizer (the others get text)",
         negatable=True,
     )
+    record: str | None = opt(
+        None,
+        help="append every routed request to a recording in folder DIR as it is answered "
+        "(session, arrival, gap, block hashes, lengths, cached tokens, replica, routing "
+        "reason); every workload command reads the folder (docs/recording-format.md)",
+        metavar="DIR",
+    )
+    record_content: bool = opt(
+        False,
+        help="with --record: keep each request's token ids and messages too (by default only "
+        "hashes: no prompt text leaves the request)",
+    )
+    record_part_bytes: int = opt(
+        256 * 1024 * 1024,
+        help="with --record: bytes of a part file past which the next part starts",
+        show=mib,
+    )
 
     def __post_init__(self) -> None:
         if not self.backends:
@@ -170,6 +187,10 @@ class GatewayConfig:
             raise ValueError("the API key is empty")
         if self.max_queue < 1 or self.max_attempts < 1 or self.unhealthy_after < 1:
             raise ValueError("max_queue, max_attempts and unhealthy_after must be >= 1")
+        if self.record_part_bytes < 1:
+            raise ValueError(f"record_part_bytes must be >= 1, got {self.record_part_bytes}")
+        if self.record_content and self.record is None:
+            raise ValueError("record_content needs a recording folder (record)")
         if self.block_size is not None and self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
         unknown = set(self.kv_events) - set(self.backends)

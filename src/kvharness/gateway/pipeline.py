@@ -44,6 +44,7 @@ from kvharness.gateway.config import GatewayConfig
 from kvharness.gateway.limits import BodyRefused, ByteBudget, read_body
 from kvharness.gateway.metrics import GatewayMetrics
 from kvharness.gateway.prompt_hasher import HashedPrompt, PromptHasher
+from kvharness.gateway.recorder import CLIENT_GONE, Pending, Recorder
 from kvharness.gateway.replicas import Replicas
 from kvharness.gateway.requests import (
     BadRequest,
@@ -100,6 +101,7 @@ class Prepared(NamedTuple):
     as_ids: bytes | None
     """The body with a text prompt replaced by its token ids, when the gateway has them."""
     max_output_tokens: int
+    model: str | None
 
 
 class Pipeline:
@@ -124,6 +126,8 @@ class Pipeline:
         )
         self.budget = ByteBudget(config.max_buffered_bytes)
         """Bytes of request bodies held now, over all requests."""
+        self.recorder: Recorder | None = None
+        """Records each routed request (``--record``); set by the gateway."""
         self._ids = itertools.count()
         self._hash_lock = asyncio.Lock()
         self._not_forwarded = _NOT_FORWARDED
@@ -189,7 +193,7 @@ class Pipeline:
             raise BadRequest("the request nests JSON too deeply to render its prompt") from None
         except (TemplateError, ValueError, OverflowError) as err:
             raise BadRequest(f"cannot render or tokenise the prompt: {err}") from None
-        return Prepared(hashed, as_ids, parsed.max_output_tokens)
+        return Prepared(hashed, as_ids, parsed.max_output_tokens, parsed.model)
 
     def chain_limit(self) -> int:
         """Blocks of a prompt's chain that are routed on: the largest replica's KV capacity (the
@@ -245,13 +249,47 @@ class Pipeline:
     async def _serve(
         self, request: web.Request, kind: Kind, path: str, body: bytearray, t0: float
     ) -> web.StreamResponse:
-        m = self.metrics
+        arrival = time.time()
         sid = first_session_header(request.headers, self.config.session_headers)
         try:
             prep = await self._hashing(len(body), functools.partial(self.prepare, body, kind, sid))
         except BadRequest as err:
-            m.errors.labels("bad_request").inc()
+            self.metrics.errors.labels("bad_request").inc()
             return error_response(400, str(err), "invalid_request_error", err.param)
+        pending = None
+        if self.recorder is not None:
+            pending = self.recorder.begin(
+                arrival=arrival,
+                session=sid if sid is not None else prep.hashed.session,
+                named=sid is not None,
+                hashed=prep.hashed,
+                block_size=self.hasher.block_size,
+                path=path,
+                model=prep.model,
+                body=body,
+            )
+        try:
+            resp = await self._route(request, kind, path, body, sid, prep, pending, t0)
+        except asyncio.CancelledError:
+            if pending is not None and pending.replica is not None:
+                pending.done(CLIENT_GONE)
+            raise
+        if pending is not None and pending.replica is not None:
+            pending.done(resp.status)  # the failures; an answer was recorded as it ended
+        return resp
+
+    async def _route(
+        self,
+        request: web.Request,
+        kind: Kind,
+        path: str,
+        body: bytearray,
+        sid: str | None,
+        prep: Prepared,
+        pending: Pending | None,
+        t0: float,
+    ) -> web.StreamResponse:
+        m = self.metrics
         hashed, as_ids = prep.hashed, prep.as_ids
         route_req = RouteRequest(
             request_id=f"gw-{next(self._ids)}",
@@ -281,6 +319,8 @@ class Pipeline:
             i = outcome.replica
             tried.add(i)
             m.count_decision(outcome.reason)
+            if pending is not None:
+                pending.routed(self.replicas.urls[i], outcome.reason)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "route session=%s tokens=%d -> %s (%s, %d blocks cached there)",
@@ -305,7 +345,7 @@ class Pipeline:
             try:
                 alike = as_ids is not None and await self.replicas.tokenizes_alike(i)
                 sent = as_ids if alike and as_ids is not None else body
-                return await self._forward(request, i, path, sent, headers, flight, kind)
+                return await self._forward(request, i, path, sent, headers, flight, kind, pending)
             except _UpstreamFailed as err:
                 last_error = str(err)
                 m.retries.labels("upstream_failed").inc()
@@ -334,6 +374,7 @@ class Pipeline:
         headers: bytes,
         flight: Flight,
         kind: Kind,
+        pending: Pending | None,
     ) -> web.StreamResponse:
         url = self.replicas.urls[i]
         try:
@@ -359,8 +400,10 @@ class Pipeline:
                     self.replicas.suspect(i, f"answer cut: {err}")
                     raise _UpstreamFailed(f"{url}: answer cut: {err}") from None
                 self.router.first_token(flight, time.monotonic())
-                if upstream.status == 200:
-                    self._observe_usage(usage_of_body(data))
+                usage = usage_of_body(data) if upstream.status == 200 else None
+                self._observe_usage(usage)
+                if pending is not None:
+                    pending.done(upstream.status, usage)
                 outcome = "ok" if upstream.status < 400 else f"http_{upstream.status}"
                 self.metrics.count_request(url, kind, outcome)
                 return web.Response(
@@ -368,7 +411,7 @@ class Pipeline:
                     body=data,
                     headers={"Content-Type": ctype, "x-kvharness-replica": url},
                 )
-            return await self._stream(request, upstream, i, flight, kind, ctype)
+            return await self._stream(request, upstream, i, flight, kind, ctype, pending)
         finally:
             upstream.release()  # pooled if read whole; else closed: the engine stops generating
 
@@ -380,6 +423,7 @@ class Pipeline:
         flight: Flight,
         kind: Kind,
         ctype: str,
+        pending: Pending | None,
     ) -> web.StreamResponse:
         """Relay a streamed answer. After the first piece (sent through aiohttp, which also
         sends the head), pieces go from the replica's socket to the client's as they arrive,
@@ -432,18 +476,25 @@ class Pipeline:
                 self.metrics.requests.labels(url, kind, "cut").inc()
                 self.replicas.suspect(i, f"stream cut: {err}")
                 msg = f"the replica {url} failed mid-stream ({err}); the answer is incomplete"
+                if pending is not None:
+                    pending.done(502)
                 event = b"event: error\ndata: " + error_body(msg, "upstream_error", 502) + b"\n\n"
                 await resp.write(event)
                 await resp.write_eof()
                 return resp
             if not alive:
                 raise ConnectionResetError("client gone")
+            usage = usage_of_stream(b"".join(tail)[-4096:])
+            if pending is not None:
+                pending.done(upstream.status, usage)  # before the stream's last byte leaves
             await resp.write_eof()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             self.metrics.requests.labels(url, kind, "client_gone").inc()
+            if pending is not None:
+                pending.done(CLIENT_GONE)
             return resp
         self.metrics.count_request(url, kind, "ok")
-        self._observe_usage(usage_of_stream(b"".join(tail)[-4096:]))
+        self._observe_usage(usage)
         return resp
 
     def _silent(self, i: int, err: Exception) -> _UpstreamSilent:

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from kvharness.gateway.tokenizer import EngineTokenizer
-from kvharness.workload.chain import ROOT_HASH, chain_hashes
+from kvharness.workload.chain import ROOT_HASH, chain_hashes, common_prefix_len
 
-__all__ = ["HashedPrompt", "HasherStats", "PromptHasher", "common_prefix_len"]
+__all__ = ["HashedPrompt", "HasherStats", "PromptHasher"]
 
 _MAX_APPENDED_MESSAGES = 32
 """How many trailing messages a continuation may append and still be found without a header."""
@@ -98,23 +98,6 @@ class _State:
     special_tokens: bool = False
     auto: bool = False
     """The session was named here (``auto-N``), not by its client."""
-
-
-def common_prefix_len(a: str, b: str) -> int:
-    """Length of the longest common prefix of two strings (O(n log n) in C, not per character)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 64:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    while lo < hi and a[lo] == b[lo]:
-        lo += 1
-    return lo
 
 
 def _fingerprint(message: Mapping[str, Any]) -> int:

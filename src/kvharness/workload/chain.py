@@ -27,6 +27,7 @@ import sys
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +39,7 @@ __all__ = [
     "block_hash",
     "block_tokens",
     "chain_hashes",
+    "common_prefix_len",
     "default_words",
     "digest",
     "materialise",
@@ -92,6 +94,27 @@ def chain_hashes(
         parent = digest(parent, data[pos : pos + width])
         out.append(parent)
     return out
+
+
+_Seq = TypeVar("_Seq", str, bytes, Sequence[int], Sequence[bytes])
+
+
+def common_prefix_len(a: _Seq, b: _Seq) -> int:
+    """Length of the longest common prefix of two strings or sequences (O(n log n) slice
+    comparisons, which run in C, rather than a Python step per item)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 64:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while lo < hi and a[lo] == b[lo]:
+        lo += 1
+    return lo
 
 
 @dataclass(frozen=True, slots=True)

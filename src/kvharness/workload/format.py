@@ -26,7 +26,7 @@ import msgspec
 from kvharness.errors import FormatError
 from kvharness.files import replacing
 from kvharness.workload import reader
-from kvharness.workload.chain import BlockChain
+from kvharness.workload.chain import BlockChain, common_prefix_len
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 from kvharness.workload.reader import BlockHash, BlockSize, Seconds, Tokens
 
@@ -36,6 +36,8 @@ FORMAT = "kvharness-workload"
 VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("workload.schema.json")
 
+
+TokenId = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 
 _Factor = Annotated[float, msgspec.Meta(gt=0, le=1e6)]
 """A rate (sessions/s) or a time scale: positive, and at most a million."""
@@ -66,6 +68,8 @@ class _Turn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     gap: Seconds = 0.0
     tool: str | None = None
     messages: list[dict[str, Any]] | None = None
+    ids: list[TokenId] | None = None
+    ids_keep: Annotated[int, msgspec.Meta(ge=0)] = 0
 
     def __post_init__(self) -> None:
         reader.check_hashes(self.hashes)
@@ -96,12 +100,15 @@ def is_workload_file(path: Path) -> bool:
 def _session_to_wire(s: Session) -> _Session:
     turns = []
     prev: tuple[int, ...] = ()
+    prev_ids: tuple[int, ...] = ()
     for t in s.turns:
         h = t.input.hashes
-        keep = 0
-        limit = min(len(prev), len(h))
-        while keep < limit and prev[keep] == h[keep]:
-            keep += 1
+        keep = common_prefix_len(prev, h)
+        ids, ids_keep = None, 0
+        if t.prompt_ids is not None:
+            ids_keep = common_prefix_len(prev_ids, t.prompt_ids)
+            ids = list(t.prompt_ids[ids_keep:])
+        prev_ids = t.prompt_ids or ()
         turns.append(
             _Turn(
                 tokens=t.input.num_tokens,
@@ -111,6 +118,8 @@ def _session_to_wire(s: Session) -> _Session:
                 gap=t.gap,
                 tool=t.tool,
                 messages=[dict(m) for m in t.messages] if t.messages is not None else None,
+                ids=ids,
+                ids_keep=ids_keep,
             )
         )
         prev = h
@@ -143,6 +152,7 @@ def save(workload: Workload, path: str | Path) -> None:
 def _session_from_wire(w: _Session, block_size: int, where: str, lineno: int) -> Session:
     turns = []
     prev: list[int] = []
+    prev_ids: list[int] = []
     for i, wt in enumerate(w.turns):
 
         def bad(msg: str, i: int = i) -> FormatError:
@@ -158,8 +168,21 @@ def _session_from_wire(w: _Session, block_size: int, where: str, lineno: int) ->
         except ValueError as err:
             raise bad(str(err)) from None
         messages = tuple(wt.messages) if wt.messages is not None else None
-        turns.append(Turn(chain, wt.output, wt.gap, wt.tool, messages))
+        ids = None
+        if wt.ids is not None:
+            if wt.ids_keep > len(prev_ids):
+                raise bad(f"ids_keep={wt.ids_keep} but the previous turn has {len(prev_ids)} ids")
+            ids = prev_ids[: wt.ids_keep] + wt.ids
+        try:
+            turns.append(
+                Turn(
+                    chain, wt.output, wt.gap, wt.tool, messages, None if ids is None else tuple(ids)
+                )
+            )
+        except ValueError as err:
+            raise bad(str(err)) from None
         prev = hashes
+        prev_ids = ids if ids is not None else []
     try:
         return Session(w.id, tuple(turns), w.start, w.group)
     except ValueError as err:

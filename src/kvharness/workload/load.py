@@ -2,6 +2,7 @@
 
 - ``synthetic`` or ``synthetic:sessions=64,seed=3`` — the coding-agent generator with options;
 - a kvharness workload file (its first line is the format header);
+- a recording (``kvharness gateway --record DIR``): its folder or one of its parts;
 - a SWE-agent ``.traj`` file or a folder of them;
 - a Mooncake / AIPerf ``hash_ids`` JSONL trace (any other file).
 """
@@ -15,6 +16,7 @@ from kvharness.errors import FormatError, UserError
 from kvharness.workload import format as wformat
 from kvharness.workload.model import Workload
 from kvharness.workload.mooncake import load_mooncake
+from kvharness.workload.recording import is_recording, load_recording
 from kvharness.workload.swe_agent import load_swe_agent
 from kvharness.workload.synthetic import SyntheticConfig, generate
 
@@ -59,8 +61,10 @@ def load_workload(spec: str, *, block_size: int = 512, tokenizer: str | None = N
         raise FormatError(spec, None, f"cannot read: {err.strerror or err}") from None
     if not exists:
         raise UserError(
-            f"no such workload {spec!r}: give a file, a folder of .traj files, or synthetic[:k=v,...]"
+            f"no such workload {spec!r}: give a file, a recording's folder, a folder of .traj files, or synthetic[:k=v,...]"
         )
+    if is_recording(path):
+        return load_recording(path)
     if is_dir or path.suffix == ".traj":
         return load_swe_agent(path, tokenizer, block_size=128)
     if wformat.is_workload_file(path):

@@ -30,6 +30,8 @@ class Turn:
     reply and tool observations included), so the full prompt of turn ``i`` is the concatenation of
     ``messages`` over turns ``0..i``. ``gap`` is the think/tool time before this turn, after the
     previous turn finished; ``tool`` names the tool that ran in that gap, when known.
+    ``prompt_ids`` is set where the prompt's exact token ids are known (a recording that kept
+    content): the whole prompt, ``input.num_tokens`` of them, which a replay sends as they are.
     """
 
     input: BlockChain
@@ -37,8 +39,13 @@ class Turn:
     gap: float = 0.0
     tool: str | None = None
     messages: tuple[Message, ...] | None = None
+    prompt_ids: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.prompt_ids is not None and len(self.prompt_ids) != self.input.num_tokens:
+            raise ValueError(
+                f"{len(self.prompt_ids)} prompt token ids for a prompt of {self.input.num_tokens}"
+            )
         if self.output_tokens < 0:
             raise ValueError(f"output_tokens must be >= 0, got {self.output_tokens}")
         if not (self.gap >= 0 and math.isfinite(self.gap)):
@@ -138,7 +145,8 @@ class Workload:
 
     @property
     def has_messages(self) -> bool:
-        """True when turns carry chat messages (sent to /v1/chat/completions live)."""
+        """True when turns carry chat messages (sent to /v1/chat/completions live, unless they
+        carry token ids too)."""
         return any(t.messages is not None for s in self.sessions for t in s.turns)
 
     def turns(self) -> Iterator[tuple[Session, int, Turn]]:
