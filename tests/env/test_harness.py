@@ -203,6 +203,36 @@ def test_cli_env_run_writes_rollouts_and_a_workload_the_tools_accept(
     records = (tmp_path / "bench" / "records.jsonl").read_text().splitlines()
     assert len(records) == 21
 
+    # The harness benchmark's figures, and a second agent on the same tasks beside them.
+    harness = json.loads((out / "harness.json").read_text())
+    prompt = sum(c["prompt_tokens"] for r in rollouts for c in r["calls"])
+    output = sum(c["completion_tokens"] for r in rollouts for c in r["calls"])
+    assert harness["resolved"] == 3 and harness["partial_credit"] == 1.0
+    assert harness["steps"] == 7 and harness["model_calls"] == 21 and harness["replicas"] == 1
+    assert (
+        harness["prompt_tokens"] == prompt
+        and harness["tokens_per_resolved"] == (prompt + output) / 3
+    )
+    assert harness["model_s"] == pytest.approx(
+        sum(c["done"] - c["sent"] for r in rollouts for c in r["calls"])
+    )
+    assert harness["tool_s"] == pytest.approx(
+        sum(t["duration_s"] for r in rollouts for t in r["tool_runs"])
+    )
+    assert "<table>" in (out / "harness.html").read_text()
+    noop = tmp_path / "noop"
+    assert main(["env", "run", "--backend", replica.url, "--tasks", str(root), "--agent", "noop",
+                 "--max-tokens", "8", "--out", str(noop)]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["report", "compare", str(out), str(noop), "--json"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert [(s["agent"], s["resolved"], s["replica_seconds_per_resolved"] is None) for s in both] == [
+        ("oracle", 3, False), ("noop", 0, True),
+    ]  # fmt: skip
+    assert main(["report", "compare", str(out), str(noop)]) == 0
+    table = capsys.readouterr().out
+    assert "replica-seconds per resolved task" in table and "noop" in table
+
 
 async def test_model_agent_loop_with_a_tool_parsing_server(
     vllm_factory: Callable[..., VllmReplica], suite: tuple[Path, list[Task]]

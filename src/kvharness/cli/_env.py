@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         rollouts.write(rollout_line(ep).encode() + b"\n")
         rollouts.flush()
 
-    async def go() -> tuple[list[EpisodeResult], float, list[list[list[int]]] | None]:
+    async def go() -> tuple[list[EpisodeResult], float, list[list[list[int]]] | None, str]:
         async with ChatClient(
             cfg.backend,
             cfg.model,
@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
             api_key=cfg.api_key,
         ) as client:
             try:
-                await client.resolve_model()
+                model = await client.resolve_model()
             except ModelError as err:
                 raise UserError(str(err)) from None
             start = time.perf_counter()
@@ -247,10 +247,10 @@ def run(args: argparse.Namespace) -> int:
             ids = None
             if tokenizer is None:
                 ids = await _server_prompt_ids(client, episodes, required=mode == "server")
-            return episodes, wall, ids
+            return episodes, wall, ids, model
 
     try:
-        episodes, wall, prompt_ids = asyncio.run(go())
+        episodes, wall, prompt_ids, model = asyncio.run(go())
     finally:
         rollouts.close()
     if tokenizer is None and prompt_ids is None:
@@ -266,6 +266,7 @@ def run(args: argparse.Namespace) -> int:
     )
     save(workload, out / "workload.jsonl")
     _print_summary(episodes, wall, out)
+    _write_harness(episodes, wall, out, cfg, model)
     return 0 if all(ep.error is None for ep in episodes) else 1
 
 
@@ -298,6 +299,39 @@ async def _server_prompt_ids(
             raise UserError(f"--tokenizer server: {err}") from None
         return None
     return out
+
+
+def _write_harness(episodes: list[Any], wall: float, out: Path, cfg: Any, model: str) -> None:
+    """The harness benchmark's table, printed and written (``harness.json``, ``harness.html``).
+    A resumed run's wall time is that of its last part."""
+    from rich.console import Console
+
+    from kvharness.env.harness.summary import HARNESS_JSON, render_html, render_table, summarise
+    from kvharness.files import replacing
+
+    summary = summarise(
+        episodes, wall_s=wall, replicas=_replicas(cfg.backend), label=f"{cfg.agent} / {model}",
+        agent=cfg.agent, model=model, endpoint=cfg.backend,
+    )  # fmt: skip
+    with replacing(out / HARNESS_JSON) as tmp:
+        tmp.write_bytes(msgspec.json.format(msgspec.json.encode(summary), indent=2) + b"\n")
+    with replacing(out / "harness.html") as tmp:
+        tmp.write_text(render_html([summary], f"harness benchmark: {out.name}"), encoding="utf-8")
+    Console().print(render_table([summary]))
+
+
+def _replicas(backend: str) -> int:
+    """Replicas behind ``backend``: a kvharness gateway says at its ``/status``; any other
+    server counts as one."""
+    from kvharness.wire.blocking import get
+    from kvharness.wire.http import WireError
+
+    try:
+        status, body = get(backend.rstrip("/") + "/status", timeout_s=5.0, limit=1 << 22)
+        replicas = msgspec.json.decode(body).get("replicas") if status == 200 else None
+    except (WireError, msgspec.DecodeError, AttributeError):
+        return 1
+    return len(replicas) if isinstance(replicas, list) and replicas else 1
 
 
 def _print_summary(episodes: list[Any], wall: float, out: Path) -> None:

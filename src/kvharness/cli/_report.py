@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -20,7 +21,8 @@ HELP = "show a run's report, or compare runs side by side (sim or bench run dire
 
 _RUN_DIR_HELP = (
     "run directory written by `kvharness sim` or `kvharness bench` "
-    "(records.jsonl, config.json, summary.json, report.html)"
+    "(records.jsonl, config.json, summary.json, report.html), or for compare a folder of "
+    "`kvharness env run` (its harness.json: the harness benchmark's figures)"
 )
 
 
@@ -128,6 +130,8 @@ def run_compare(args: argparse.Namespace) -> int:
     from kvharness.report.io import load_run
     from kvharness.report.table import render_comparison
 
+    if all((Path(d) / "harness.json").is_file() for d in args.run_dirs):
+        return _compare_harness(args)
     deadline = _deadline_arg(args)
     if not 0 <= args.baseline < len(args.run_dirs):
         raise UserError(f"--baseline {args.baseline}: give 0..{len(args.run_dirs) - 1}")
@@ -158,6 +162,29 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.html:
         order = [args.baseline] + [i for i in range(len(runs)) if i != args.baseline]
         _write_html(args.html, [(summaries[i], runs[i].records) for i in order])
+    return 0
+
+
+def _compare_harness(args: argparse.Namespace) -> int:
+    """Env runs side by side: the harness benchmark's table, one column per run."""
+    from kvharness.env.harness.summary import load_summary, render_html, render_table
+
+    summaries = [load_summary(Path(d)) for d in args.run_dirs]
+    if len({s.label for s in summaries}) < len(summaries):
+        summaries = [
+            msgspec.structs.replace(s, label=f"{Path(d).name}: {s.label}")
+            for d, s in zip(args.run_dirs, summaries, strict=True)
+        ]
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(summaries).decode() + "\n")
+    else:
+        _console().print(render_table(summaries))
+    if args.html:
+        try:
+            Path(args.html).write_text(render_html(summaries), encoding="utf-8")
+        except OSError as err:
+            raise UserError(f"--html {args.html}: {err.strerror or err}") from None
+        print(f"wrote {args.html}", file=sys.stderr)
     return 0
 
 
