@@ -227,40 +227,39 @@ def _sent_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     ]
 
 
-def _records(
-    doc: Mapping[str, Any], runs: Sequence[tuple[float, ToolRun]], clock: float
-) -> list[CallRecord]:
-    """The trajectory's calls as call records on the run's clock (wall time minus ``clock``);
-    ``runs``: (end on the run's clock, run) of every action, in order."""
+def _records(doc: Mapping[str, Any], runs: Sequence[ToolRun], clock: float) -> list[CallRecord]:
+    """The trajectory's calls as call records on the run's clock (wall time minus ``clock``).
+    ``runs``: every action of the episode, in order; the gap before a call is the time of the
+    previous reply's commands (and of a submit right after them)."""
     messages = doc["messages"]
-    calls = trajectory_calls(doc)
     out: list[CallRecord] = []
-    prev_pos, prev_done, k = 0, 0.0, 0
-    for c in calls:
+    prev_pos, prev_done, prev_actions, k = 0, 0.0, 0, 0
+    for c in trajectory_calls(doc):
         done = (c.done - clock) if c.done is not None else prev_done
         sent = (c.sent - clock) if c.sent is not None else prev_done
-        gap, tools = 0.0, []
-        while k < len(runs) and runs[k][0] <= sent + 1e-3:
-            gap += runs[k][1].duration_s
-            tools.append(runs[k][1].tool or "invalid")
+        gap, tools, left = 0.0, [], prev_actions
+        while k < len(runs) and (left > 0 or runs[k].tool == "submit"):
+            left -= runs[k].tool != "submit"
+            gap += runs[k].duration_s
+            tools.append(runs[k].tool or "invalid")
             k += 1
         call = ModelCall(
             sent, None, done, c.prompt_tokens, c.completion_tokens, c.cached_tokens, c.finish_reason
         )
         appended = _sent_messages(messages[prev_pos : c.position])
-        out.append(CallRecord(call, tuple(appended), gap if out else 0.0, tuple(tools)))
-        prev_pos, prev_done = c.position, done
+        out.append(CallRecord(call, tuple(appended), gap, tuple(tools)))
+        extra = messages[c.position].get("extra") or {}
+        prev_pos, prev_done, prev_actions = c.position, done, len(extra.get("actions") or ())
     return out
 
 
 class _Serve:
     """This process's end of the link: runs mini's commands and its submission in ``env``."""
 
-    def __init__(self, env: AsyncCodingEnv, result: EpisodeResult, t0: float) -> None:
+    def __init__(self, env: AsyncCodingEnv, result: EpisodeResult) -> None:
         self.env = env
         self.result = result
-        self.t0 = t0
-        self.runs: list[tuple[float, ToolRun]] = []
+        self.runs: list[ToolRun] = []
         self.over = False
 
     async def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -271,7 +270,7 @@ class _Serve:
         step = await self.env.step(Submit() if op == "submit" else Bash(str(request["command"])))
         info = step.info
         run = ToolRun(info["tool"], info["duration_s"], info["error"], info.get("score"))
-        self.runs.append((time.perf_counter() - self.t0, run))
+        self.runs.append(run)
         self.result.tool_runs.append(run)
         self.result.steps += 1
         self.over = step.terminated or step.truncated
@@ -333,7 +332,7 @@ async def run_mini_episode(
         )
         cfg_path = scratch / "kvharness.yaml"  # JSON is YAML: mini reads it with yaml.safe_load
         cfg_path.write_text(json.dumps(_merged(cfg, extra_config or {}), indent=2))
-        served = _Serve(env, result, t0)
+        served = _Serve(env, result)
         clock = time.time() - (time.perf_counter() - t0)  # wall time at the run's origin
         rc = await _run_mini(python, cfg_path, task_prompt(task), traj, scratch, client, served)
         if not traj.exists():
