@@ -209,6 +209,7 @@ def test_cli_env_run_writes_rollouts_and_a_workload_the_tools_accept(
     output = sum(c["completion_tokens"] for r in rollouts for c in r["calls"])
     assert harness["resolved"] == 3 and harness["partial_credit"] == 1.0
     assert harness["steps"] == 7 and harness["model_calls"] == 21 and harness["replicas"] == 1
+    assert harness["valid_actions"] == 21
     assert (
         harness["prompt_tokens"] == prompt
         and harness["tokens_per_resolved"] == (prompt + output) / 3

@@ -4,7 +4,9 @@
 against an OpenAI-compatible server and write ``DIR/workload.jsonl`` (the model calls as a
 kvharness workload, for ``workload stats``, ``sim`` and ``bench``), ``DIR/rollouts.jsonl`` (full
 trajectories, rewards, submissions, timings; appended as episodes finish) and ``DIR/config.json``
-(the resolved options).
+(the resolved options). ``--agent mini-swe-agent`` runs that harness (PyPI mini-swe-agent, in
+``.venv-mini-swe-agent``: ``make mini-swe-agent``) and leaves its own trajectory files in
+``DIR/trajectories/<task>/<k>.traj.json``.
 
 ``kvharness env run --resume DIR``: continue an interrupted run with the options in
 ``DIR/config.json`` (``--backend`` may point it elsewhere): the episodes already in
@@ -86,7 +88,9 @@ def _register_run(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_options(p, RunConfig, overrides={"agent": {"choices": sorted(AGENTS)}})
+    from kvharness.env.harness.loop import MINI_SWE_AGENT
+
+    add_options(p, RunConfig, overrides={"agent": {"choices": sorted([*AGENTS, MINI_SWE_AGENT])}})
     p.add_argument(
         "--out",
         type=Path,
@@ -123,6 +127,8 @@ def _load_tasks(cfg: Any) -> list[Any]:
 
 
 ROLLOUTS = "rollouts.jsonl"
+TRAJECTORIES = "trajectories"
+"""Where ``--agent mini-swe-agent`` leaves its own trajectory files: ``<task>/<k>.traj.json``."""
 
 
 def _resumed(args: argparse.Namespace) -> Any:
@@ -173,7 +179,8 @@ def _check_new(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from kvharness.env.api import EnvConfig
     from kvharness.env.harness.client import ChatClient, ModelError
-    from kvharness.env.harness.loop import EpisodeResult, run_episodes
+    from kvharness.env.harness.loop import MINI_SWE_AGENT, EpisodeResult, run_episodes
+    from kvharness.env.harness.mini_swe_agent import mini_python
     from kvharness.env.harness.record import read_rollouts, rollout_line, to_workload
     from kvharness.env.reward import parse_rule
     from kvharness.env.sandbox import Limits
@@ -183,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
     from kvharness.workload.tokenize import load_tokenizer
 
     cfg = _resumed(args) if args.resume is not None else _check_new(args)
+    if cfg.agent == MINI_SWE_AGENT:
+        mini_python()  # its own environment, or a UserError saying how to build it
     try:
         rule = parse_rule(cfg.reward)
     except ValueError as err:
@@ -241,12 +250,15 @@ def run(args: argparse.Namespace) -> int:
                 on_done=on_done,
                 skip={ep.episode for ep in previous},
                 origin=origin,
+                trajectories=out / TRAJECTORIES,
             )
             wall = time.perf_counter() - start
             episodes = _in_task_order(previous + fresh, tasks)
             ids = None
             if tokenizer is None:
-                ids = await _server_prompt_ids(client, episodes, required=mode == "server")
+                ids = await _server_prompt_ids(
+                    client, episodes, required=mode == "server", agent=cfg.agent
+                )
             return episodes, wall, ids, model
 
     try:
@@ -282,18 +294,21 @@ def _in_task_order(episodes: list[Any], tasks: list[Any]) -> list[Any]:
 
 
 async def _server_prompt_ids(
-    client: Any, episodes: list[Any], *, required: bool
+    client: Any, episodes: list[Any], *, required: bool, agent: str
 ) -> list[list[list[int]]] | None:
-    """The server's token ids of every call's prompt (None when it has no /tokenize and it was
-    not ``required``)."""
+    """The server's token ids of every call's prompt, with the tools ``agent`` sent (None when
+    it has no /tokenize and it was not ``required``)."""
     from kvharness.env.actions import TOOL_SCHEMAS
     from kvharness.env.harness.client import ModelError
+    from kvharness.env.harness.loop import MINI_SWE_AGENT
+    from kvharness.env.harness.mini_swe_agent import MINI_TOOLS
     from kvharness.env.harness.record import call_prompts
 
+    tools = MINI_TOOLS if agent == MINI_SWE_AGENT else TOOL_SCHEMAS
     out: list[list[list[int]]] = []
     try:
         for ep in episodes:
-            out.append([await client.tokenize(p, TOOL_SCHEMAS) for p in call_prompts(ep)])
+            out.append([await client.tokenize(p, tools) for p in call_prompts(ep)])
     except ModelError as err:
         if required:
             raise UserError(f"--tokenizer server: {err}") from None

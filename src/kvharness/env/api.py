@@ -18,7 +18,8 @@ see ``grading.py``) and scores it in [0, 1]; the episode's reward over its submi
   is spent. ``truncated``: the step budget (or ``max_wall_s``) ran out first.
 * ``info``: ``step``, ``tool``, ``duration_s`` (tool time), ``error`` (None or the message),
   ``submissions``, ``episode_reward``; on a graded submit also ``score`` and ``grade`` (the grader's
-  result).
+  result); on ``bash`` also ``returncode``, ``stdout``, ``stderr`` and ``timed_out`` (the
+  command's own output, unclipped, for a harness that words its observations itself).
 
 :class:`CodingEnv` runs commands with blocking subprocesses; :class:`AsyncCodingEnv` with asyncio
 subprocesses, so one event loop can hold many episodes in flight. Both share one step logic,
@@ -155,7 +156,12 @@ class _Episode:
         if isinstance(action, Bash):
             result = yield _Run(action.command)
             assert isinstance(result, CommandResult)
-            return _command_text(result), {"returncode": result.returncode}
+            return _command_text(result), {
+                "returncode": result.returncode,
+                "stdout": result.stdout,
+                "stderr": result.stderr,
+                "timed_out": result.timed_out,
+            }
         if isinstance(action, ReadFile):
             path = _regular_file(self.repo, action.path, "read_file")
             limit = 4 * self.config.max_observation_chars

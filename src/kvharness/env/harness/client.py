@@ -74,6 +74,7 @@ class ChatClient:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.root = self.base_url.removesuffix("/v1")
+        self.api_key = api_key
         self._timeout_s = timeout
         self._headers = b"Content-Type: application/json\r\n"
         if api_key:

@@ -37,7 +37,9 @@ class RunConfig:
         help="who acts: the model's tool calls (model; the server must parse tool calls, e.g. "
         "vLLM with --enable-auto-tool-choice --tool-call-parser NAME), or a script that still "
         "calls the model every turn with the whole history: oracle (known fix after a wrong "
-        "attempt), noop (submits at once), cheat (attacks the test files)",
+        "attempt), noop (submits at once), cheat (attacks the test files); or mini-swe-agent, that "
+        "third-party harness (its own venv, `make mini-swe-agent`; --max-steps bounds its model "
+        "calls; its final submission is graded)",
     )
     only: str | None = opt(
         None, help="comma-separated task ids to run", default_means="all", metavar="IDS"

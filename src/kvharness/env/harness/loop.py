@@ -19,6 +19,7 @@ import asyncio
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kvharness.env.actions import TOOL_SCHEMAS, action_to_tool_call
@@ -29,7 +30,17 @@ from kvharness.env.reward import Submission
 from kvharness.env.task import Task
 from kvharness.errors import UserError
 
-__all__ = ["CallRecord", "EpisodeResult", "ToolRun", "run_episode", "run_episodes"]
+__all__ = [
+    "MINI_SWE_AGENT",
+    "CallRecord",
+    "EpisodeResult",
+    "ToolRun",
+    "run_episode",
+    "run_episodes",
+]
+
+MINI_SWE_AGENT = "mini-swe-agent"
+"""The agent name that runs the mini-swe-agent harness (:mod:`.mini_swe_agent`), not this loop."""
 
 NUDGE = "No tool was called. Use the tools to work on the repository, and `submit` when done."
 
@@ -185,11 +196,14 @@ async def run_episodes(
     on_done: Callable[[EpisodeResult], None] | None = None,
     skip: Collection[str] = (),
     origin: float = 0.0,
+    trajectories: Path | None = None,
 ) -> list[EpisodeResult]:
     """Run ``repeats`` episodes of every task (``<task id>/<k>``), but none named in ``skip``, at
     most ``concurrency`` at once; results in task order. ``on_done`` is called as each episode
     finishes (e.g. to append it to a file). The run's clock reads ``origin`` seconds at the
-    start (a resumed run continues the clock of the episodes it skips)."""
+    start (a resumed run continues the clock of the episodes it skips). ``agent_name``
+    ``mini-swe-agent`` runs that third-party harness instead of this loop
+    (:mod:`.mini_swe_agent`), its trajectory files under ``trajectories``."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     gate = asyncio.Semaphore(concurrency)
@@ -197,9 +211,17 @@ async def run_episodes(
 
     async def one(task: Task, k: int) -> EpisodeResult:
         async with gate:
-            res = await run_episode(
-                task, agent_name, client, config, episode=f"{task.id}/{k}", t0=t0
-            )
+            if agent_name == MINI_SWE_AGENT:
+                from kvharness.env.harness.mini_swe_agent import run_mini_episode
+
+                res = await run_mini_episode(
+                    task, client, config, episode=f"{task.id}/{k}", t0=t0,
+                    trajectories=trajectories,
+                )  # fmt: skip
+            else:
+                res = await run_episode(
+                    task, agent_name, client, config, episode=f"{task.id}/{k}", t0=t0
+                )
         if on_done is not None:
             on_done(res)
         return res

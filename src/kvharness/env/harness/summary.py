@@ -56,6 +56,9 @@ class HarnessSummary(msgspec.Struct, frozen=True, kw_only=True):
     steps: float
     """Mean actions per episode."""
     model_calls: int
+    valid_actions: int
+    """Actions that parsed as one of the environment's tools (the rest cost a step, or for a
+    reply with no tool call a nudge)."""
     prompt_tokens: int
     cached_tokens: int
     output_tokens: int
@@ -106,6 +109,7 @@ def summarise(
         mean_reward=sum(ep.reward for ep in episodes) / n if n else 0.0,
         steps=sum(ep.steps for ep in episodes) / n if n else 0.0,
         model_calls=len(calls),
+        valid_actions=sum(t.tool is not None for ep in episodes for t in ep.tool_runs),
         prompt_tokens=prompt,
         cached_tokens=sum(c.cached_tokens or 0 for c in calls),
         output_tokens=output,
@@ -151,6 +155,7 @@ ROWS: tuple[_Row, ...] = (
     ("mean reward", lambda s: f"{s.mean_reward:.3f}"),
     ("steps per episode", lambda s: f"{s.steps:.1f}"),
     ("model calls", lambda s: _count(s.model_calls)),
+    ("valid actions per model call", lambda s: _per(s.valid_actions, s.model_calls)),
     ("prompt tokens", lambda s: _count(s.prompt_tokens)),
     ("cached tokens", lambda s: f"{_count(s.cached_tokens)} ({s.cached_ratio:.1%})"),
     ("output tokens", lambda s: _count(s.output_tokens)),
@@ -162,6 +167,10 @@ ROWS: tuple[_Row, ...] = (
     ("episodes with errors", lambda s: str(s.errors)),
 )
 """The table's rows: label, cell text."""
+
+
+def _per(n: int, d: int) -> str:
+    return f"{n / d:.2f} ({n}/{d})" if d else "-"
 
 
 def _share(part: float, whole: float) -> str:
