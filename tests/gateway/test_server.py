@@ -395,3 +395,24 @@ async def test_text_completions_can_be_forwarded_as_token_ids(
         got = await c.completions.create(model="fake-model", prompt=text, max_tokens=2)
         assert got.usage is not None and got.usage.prompt_tokens == as_text
     assert off.replicas.alike == [None]
+
+
+async def test_tokenize_is_answered_by_a_replica(
+    fake_backends: Any, gateways: Any, tiny_model_dir: Path
+) -> None:
+    """A client counting its prompts as the engine does (``kvharness env run``) can through the
+    gateway; with no replica up it hears so."""
+    (b,) = fake_backends(1, tokenizer=str(tiny_model_dir / "tokenizer.json"))
+    gw = await gateways(backends=(b.url,))
+    body = json.dumps({"model": "fake-model", "prompt": "hello there world"}).encode()
+    status, through, _ = await post(gw, "/tokenize", body)
+    async with aiohttp.ClientSession() as s, s.post(b.url + "/tokenize", data=body) as r:
+        direct = await r.json()
+    assert status == 200 and through == direct and through["count"] > 0
+    b.kill()
+    for _ in range(100):
+        if not gw.router.healthy[0]:
+            break
+        await asyncio.sleep(0.1)
+    status, answer, _ = await post(gw, "/tokenize", body)
+    assert status == 503 and "no healthy replica" in answer["error"]["message"]

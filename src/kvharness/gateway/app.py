@@ -9,7 +9,7 @@ Parts
 
 Endpoints
     ``/v1/chat/completions`` and ``/v1/completions`` (the pipeline), ``/v1/models`` (the
-    healthy replicas' models), ``/health`` (200 while a replica is healthy; open without the
+    healthy replicas' models), ``/tokenize`` (a healthy replica's), ``/health`` (200 while a replica is healthy; open without the
     API key, for load balancers' probes), ``/metrics`` (the gateway's own families, then every
     replica's, labelled by replica), ``/status`` (each part's own status, and the
     configuration).
@@ -48,7 +48,7 @@ from kvharness.gateway.tokenizer import EngineTokenizer, load_engine_tokenizer
 from kvharness.routing.base import ReplicaState
 from kvharness.routing.index import PrefixIndex
 from kvharness.routing.registry import make_policy
-from kvharness.wire.http import Client
+from kvharness.wire.http import Client, WireError
 from kvharness.workload.recording import RecordingWriter
 
 __all__ = ["Gateway"]
@@ -135,6 +135,7 @@ class Gateway:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/status", self._status)
@@ -203,6 +204,23 @@ class Gateway:
             body=_json.encode({"object": "list", "data": models}),
             content_type="application/json",
         )
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's ``/tokenize``, answered by the first healthy replica that answers (they serve
+        one model), so a client that counts its prompts as the engine does can through here."""
+        body = await request.read()
+        for i, url in enumerate(self.replicas.urls):
+            if not self.router.healthy[i]:
+                continue
+            try:
+                status, data = await self.replicas.client.post(
+                    url + "/tokenize", body, timeout_s=self.config.health_timeout_s * 5
+                )
+            except WireError:
+                continue
+            if status < 500:
+                return web.Response(status=status, body=data, content_type="application/json")
+        return error_response(503, "no healthy replica answered /tokenize", "upstream_error")
 
     async def _health(self, request: web.Request) -> web.Response:
         healthy = sum(self.router.healthy)
