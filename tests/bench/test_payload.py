@@ -22,6 +22,7 @@ def test_completion_body_is_the_materialised_chain(agent_workload: Callable[...,
             assert path == COMPLETIONS
             assert req["prompt"] == materialise(t.input, 1000)
             assert req["max_tokens"] == t.output_tokens and req["ignore_eos"] is True
+            assert req["temperature"] == 0
             assert req["stream"] is True and req["stream_options"] == {"include_usage": True}
             assert req["model"] == "m"
 

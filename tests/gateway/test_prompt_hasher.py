@@ -83,6 +83,22 @@ def test_session_found_by_messages_without_header(tok: EngineTokenizer) -> None:
     assert h.chat(msgs[:2], "given").session == "given"
 
 
+def test_sessions_that_end_alike_are_told_apart(tok: EngineTokenizer) -> None:
+    """Agents share their system prompt and repeat messages (a harness's nudge, a tool's "No
+    matches."): a session is continued only by a request whose earlier messages are all its."""
+    system = {"role": "system", "content": "You are a coding agent."}
+    nudge = {"role": "user", "content": "No tool was called. Use the tools."}
+    h = PromptHasher(tok, BS)
+    history = {a: [system, {"role": "user", "content": f"Fix bug {a}."}] for a in "xyz"}
+    sessions: dict[str, set[str | None]] = {a: set() for a in "xyz"}
+    for turn in range(4):
+        for a, msgs in history.items():
+            sessions[a].add(h.chat(list(msgs), None).session)  # each request its own list
+            msgs += [{"role": "assistant", "content": f"thinking {a}{turn}"}, nudge]
+    assert all(len(s) == 1 for s in sessions.values()), sessions
+    assert len(set.union(*sessions.values())) == 3
+
+
 def test_edited_history_still_matches_full(tok: EngineTokenizer) -> None:
     _, msgs = conversations()[2]
     h = PromptHasher(tok, BS, verify_every=1)

@@ -148,6 +148,13 @@ class BenchConfig:
         "for servers that reject it",
         flags=("--no-ignore-eos",),
     )
+    temperature: float = opt(
+        0.0,
+        help="sampling temperature of every request; 0, greedy, makes a replay of recorded "
+        "token ids generate what a greedy original generated, so the next turn finds the same "
+        "answer blocks in the cache",
+        metavar="T", lo=0.0, hi=2.0,
+    )  # fmt: skip
     seed: int = opt(0, help="seed of the isolated-mode shuffle and of Poisson arrivals")
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     scrape_metrics: bool = opt(

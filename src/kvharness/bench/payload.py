@@ -41,6 +41,7 @@ class PayloadBuilder:
         vocab_size: int,
         *,
         ignore_eos: bool = True,
+        temperature: float = 0.0,
         low: int = 0,
         words: Sequence[str] | None = None,
     ):
@@ -56,6 +57,7 @@ class PayloadBuilder:
             self._open, self._sep, self._close = b',"prompt":"', b"", b'"'
         self._blocks: dict[tuple[int, int], bytes] = {}
         tail = b',"stream":true,"stream_options":{"include_usage":true}'
+        tail += b',"temperature":' + _enc.encode(temperature)
         if ignore_eos:
             tail += b',"ignore_eos":true'
         self._tail = tail

@@ -89,6 +89,7 @@ class Runner:
             cfg.model or "",
             cfg.vocab_size,
             ignore_eos=cfg.ignore_eos,
+            temperature=cfg.temperature,
             words=self.words.words if self.words is not None else None,
         )
         # Tokens the server adds before a text prompt (its BOS): a prefix every prompt shares.

@@ -14,7 +14,7 @@ tokenisation.
 
 Sessions are found by the ``x-session-id`` header, or, for chat requests without one, by their
 messages: a request whose first ``k`` messages are the last request's messages continues it
-(found through a fingerprint of message ``k - 1`` and message 0, then checked on the text); a
+(found through a hash chained over all ``k`` messages, then checked message by message); a
 request repeating the last one's messages exactly is the same session too. A text completion
 without one continues the session (named here) whose last prompt its text extends.
 
@@ -89,7 +89,7 @@ class _State:
     ids: array[int]
     specials: list[tuple[int, int]]
     hashes: list[int]
-    key: tuple[int, int, int] | None = None
+    key: tuple[int, int] | None = None
     anchors: list[tuple[int, int]] = field(default_factory=list)
     result: HashedPrompt | None = None
     """What the prompt hashed to (for repeats of it)."""
@@ -104,8 +104,15 @@ def _fingerprint(message: Mapping[str, Any]) -> int:
     return hash((message.get("role"), str(message.get("content")), message.get("tool_call_id")))
 
 
-def _message_key(messages: Sequence[Mapping[str, Any]], k: int) -> tuple[int, int, int]:
-    return (k, _fingerprint(messages[k - 1]), _fingerprint(messages[0]))
+def _prefix_keys(messages: Sequence[Mapping[str, Any]]) -> list[tuple[int, int]]:
+    """``keys[k]`` names the first ``k`` messages: ``(k, a hash chained over all of them)``, so
+    two conversations share a key only where every message so far agrees (agents share system
+    prompts and repeat messages: a harness's nudge, a tool's "No matches.")."""
+    keys, h = [(0, 0)], 0
+    for k, message in enumerate(messages, 1):
+        h = hash((h, _fingerprint(message)))
+        keys.append((k, h))
+    return keys
 
 
 @dataclass(slots=True)
@@ -123,7 +130,7 @@ class PromptHasher:
     verify_every: int = 0
     stats: HasherStats = field(default_factory=HasherStats)
     _sessions: OrderedDict[str, _State] = field(default_factory=OrderedDict)
-    _by_messages: dict[tuple[int, int, int], str] = field(default_factory=dict)
+    _by_messages: dict[tuple[int, int], str] = field(default_factory=dict)
     _by_head: dict[str, list[str]] = field(default_factory=dict)
     """First :data:`_HEAD_CHARS` characters of kept text prompts -> their sessions, latest first."""
     _kept_tokens: int = 0
@@ -146,8 +153,9 @@ class PromptHasher:
             raise ValueError("the model has no chat template; chat requests cannot be hashed")
         sid = session_id
         state = self._sessions.get(sid) if sid is not None else None
+        keys = _prefix_keys(messages)
         if state is None:
-            state, found = self._find_by_messages(messages)
+            state, found = self._find_by_messages(messages, keys)
             if sid is None:
                 sid = found
         request = (messages, tools, add_generation_prompt, extra)
@@ -164,7 +172,7 @@ class PromptHasher:
                 messages, tools=tools, add_generation_prompt=add_generation_prompt, extra=extra
             )
             result, state, _ = self._hash_text(text, state, add_special_tokens=False)
-            state.key = _message_key(messages, len(messages))
+            state.key = keys[-1]
             state.request = request
         if sid is None:
             sid = self._new_session(state)
@@ -219,15 +227,17 @@ class PromptHasher:
         return self.tokenizer
 
     def _find_by_messages(
-        self, messages: Sequence[Mapping[str, Any]]
+        self, messages: Sequence[Mapping[str, Any]], keys: Sequence[tuple[int, int]]
     ) -> tuple[_State | None, str | None]:
+        """The session whose last request's messages begin ``messages`` (the longest such, at
+        most :data:`_MAX_APPENDED_MESSAGES` short of all), checked message by message."""
         stop = max(0, len(messages) - 1 - _MAX_APPENDED_MESSAGES)
         for k in range(len(messages), stop, -1):
-            sid = self._by_messages.get(_message_key(messages, k))
-            if sid is not None:
-                state = self._sessions.get(sid)
-                if state is not None:
-                    return state, sid
+            sid = self._by_messages.get(keys[k])
+            state = self._sessions.get(sid) if sid is not None else None
+            last = state.request if state is not None else None
+            if last is not None and list(last[0]) == list(messages[:k]):
+                return state, sid
         return None, None
 
     def _hash_text(
