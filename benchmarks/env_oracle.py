@@ -23,7 +23,8 @@ from pathlib import Path
 from kvharness.env.api import EnvConfig
 from kvharness.env.harness.client import ChatClient
 from kvharness.env.harness.demo import make_demo_suite
-from kvharness.env.harness.loop import EpisodeResult, run_episodes
+from kvharness.env.harness.episode import EpisodeResult
+from kvharness.env.harness.loop import run_episodes
 from kvharness.env.task import load_suite
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvharness.env.harness.client import ModelCall
-from kvharness.env.harness.loop import CallRecord, EpisodeResult, ToolRun
+from kvharness.env.harness.episode import CallRecord, EpisodeResult, ToolRun
 from kvharness.env.harness.record import episode_from_line, read_rollouts, rollout_line
 from kvharness.env.reward import Submission
 from kvharness.errors import FormatError

@@ -88,7 +88,7 @@ def _register_run(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from kvharness.env.harness.loop import MINI_SWE_AGENT
+    from kvharness.env.harness.episode import MINI_SWE_AGENT
 
     add_options(p, RunConfig, overrides={"agent": {"choices": sorted([*AGENTS, MINI_SWE_AGENT])}})
     p.add_argument(
@@ -179,7 +179,8 @@ def _check_new(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from kvharness.env.api import EnvConfig
     from kvharness.env.harness.client import ChatClient, ModelError
-    from kvharness.env.harness.loop import MINI_SWE_AGENT, EpisodeResult, run_episodes
+    from kvharness.env.harness.episode import MINI_SWE_AGENT, EpisodeResult
+    from kvharness.env.harness.loop import run_episodes
     from kvharness.env.harness.mini_swe_agent import mini_python
     from kvharness.env.harness.record import read_rollouts, rollout_line, to_workload
     from kvharness.env.reward import parse_rule
@@ -300,7 +301,7 @@ async def _server_prompt_ids(
     it has no /tokenize and it was not ``required``)."""
     from kvharness.env.actions import TOOL_SCHEMAS
     from kvharness.env.harness.client import ModelError
-    from kvharness.env.harness.loop import MINI_SWE_AGENT
+    from kvharness.env.harness.episode import MINI_SWE_AGENT
     from kvharness.env.harness.mini_swe_agent import MINI_TOOLS
     from kvharness.env.harness.record import call_prompts
 

@@ -12,7 +12,8 @@
 
 from kvharness.env.harness.agents import AGENTS, make_agent
 from kvharness.env.harness.client import ChatClient, ModelCall, ModelError, ModelReply
-from kvharness.env.harness.loop import CallRecord, EpisodeResult, ToolRun, run_episode, run_episodes
+from kvharness.env.harness.episode import CallRecord, EpisodeResult, ToolRun
+from kvharness.env.harness.loop import run_episode, run_episodes
 from kvharness.env.harness.record import rollout_line, to_workload, write_rollouts
 
 __all__ = [

@@ -8,9 +8,11 @@ environment terminates or truncates, when the agent is finished (a script played
 do-nothing agent stops after its one submission), when the model fails, or after
 ``2 * max_steps`` model calls (a model that never calls a tool).
 
-Every model call is kept as a :class:`CallRecord` (its measurements, the messages appended to the
-conversation since the previous call, and the tool time in between), every tool run as a
-:class:`ToolRun`; :mod:`.record` turns them into a workload and a rollouts file.
+Every model call is kept as a :class:`~.episode.CallRecord` (its measurements, the messages
+appended to the conversation since the previous call, and the tool time in between), every tool
+run as a :class:`~.episode.ToolRun`; :mod:`.record` turns them into a workload and a rollouts
+file. ``mini-swe-agent`` runs that third-party harness (:mod:`.mini_swe_agent`) instead of this
+loop, into the same records.
 """
 
 from __future__ import annotations
@@ -18,76 +20,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvharness.env.actions import TOOL_SCHEMAS, action_to_tool_call
 from kvharness.env.api import SYSTEM_PROMPT, AsyncCodingEnv, EnvConfig
 from kvharness.env.harness.agents import make_agent
-from kvharness.env.harness.client import ChatClient, ModelCall, ModelError
-from kvharness.env.reward import Submission
+from kvharness.env.harness.client import ChatClient, ModelError
+from kvharness.env.harness.episode import MINI_SWE_AGENT, CallRecord, EpisodeResult, ToolRun
+from kvharness.env.harness.mini_swe_agent import run_mini_episode
 from kvharness.env.task import Task
 from kvharness.errors import UserError
 
-__all__ = [
-    "MINI_SWE_AGENT",
-    "CallRecord",
-    "EpisodeResult",
-    "ToolRun",
-    "run_episode",
-    "run_episodes",
-]
-
-MINI_SWE_AGENT = "mini-swe-agent"
-"""The agent name that runs the mini-swe-agent harness (:mod:`.mini_swe_agent`), not this loop."""
+__all__ = ["run_episode", "run_episodes"]
 
 NUDGE = "No tool was called. Use the tools to work on the repository, and `submit` when done."
-
-
-@dataclass(frozen=True, slots=True)
-class ToolRun:
-    """One action carried out by the environment. ``duration_s``: its wall time (s)."""
-
-    tool: str | None
-    duration_s: float
-    error: str | None = None
-    score: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CallRecord:
-    """One model call: ``appended`` are the messages added to the conversation since the previous
-    call (all of them for the first), ``gap`` the tool time (s) spent between the previous call's
-    end and this one, ``tools`` the tools that ran in that gap."""
-
-    call: ModelCall
-    appended: tuple[dict[str, Any], ...]
-    gap: float
-    tools: tuple[str, ...]
-
-
-@dataclass(slots=True)
-class EpisodeResult:
-    """Everything about one episode. Times in seconds on the run's clock."""
-
-    episode: str
-    task_id: str
-    agent: str
-    reward: float = 0.0
-    submissions: list[Submission] = field(default_factory=list)
-    terminated: bool = False
-    truncated: bool = False
-    steps: int = 0
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    calls: list[CallRecord] = field(default_factory=list)
-    tool_runs: list[ToolRun] = field(default_factory=list)
-    error: str | None = None
-
-    @property
-    def start(self) -> float | None:
-        """When the episode's first model call was sent (None when it made none)."""
-        return self.calls[0].call.sent if self.calls else None
 
 
 async def run_episode(
@@ -212,8 +159,6 @@ async def run_episodes(
     async def one(task: Task, k: int) -> EpisodeResult:
         async with gate:
             if agent_name == MINI_SWE_AGENT:
-                from kvharness.env.harness.mini_swe_agent import run_mini_episode
-
                 res = await run_mini_episode(
                     task, client, config, episode=f"{task.id}/{k}", t0=t0,
                     trajectories=trajectories,

@@ -59,7 +59,7 @@ from typing import Any, NamedTuple
 from kvharness.env.actions import Bash, Submit
 from kvharness.env.api import AsyncCodingEnv, EnvConfig
 from kvharness.env.harness.client import ChatClient, ModelCall
-from kvharness.env.harness.loop import MINI_SWE_AGENT, CallRecord, EpisodeResult, ToolRun
+from kvharness.env.harness.episode import MINI_SWE_AGENT, CallRecord, EpisodeResult, ToolRun
 from kvharness.env.sandbox import REPO_MOUNT
 from kvharness.env.task import Task
 from kvharness.errors import UserError

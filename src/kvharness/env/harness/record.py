@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from kvharness.env.harness.client import ModelCall
-from kvharness.env.harness.loop import CallRecord, EpisodeResult, ToolRun
+from kvharness.env.harness.episode import CallRecord, EpisodeResult, ToolRun
 from kvharness.env.reward import Submission
 from kvharness.errors import FormatError
 from kvharness.workload.chain import ChainBuilder

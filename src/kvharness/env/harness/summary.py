@@ -22,7 +22,7 @@ from pathlib import Path
 import msgspec
 from rich.table import Table
 
-from kvharness.env.harness.loop import EpisodeResult
+from kvharness.env.harness.episode import EpisodeResult
 from kvharness.errors import UserError
 
 __all__ = [
