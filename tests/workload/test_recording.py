@@ -195,3 +195,14 @@ def test_workload_stats_reads_a_recording(
     assert main(["workload", "stats", str(tmp_path / "rec"), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["requests"] == 12 and stats["sessions"] == 3 and stats["block_size"] == BS
+
+
+def test_the_simulator_runs_a_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _agent_traffic(RecordingWriter(tmp_path / "rec"))
+    code = main(
+        ["sim", "--workload", str(tmp_path / "rec"), "--cluster", "2xH100:llama-3.1-8b",
+         "--policy", "round_robin,session", "--executor", "serial", "--out", str(tmp_path / "sim")]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "round_robin" in printed and "session" in printed
