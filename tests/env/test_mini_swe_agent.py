@@ -85,11 +85,13 @@ def _tool_reply(i: int, command: str) -> dict[str, object]:
 
 @pytest.mark.slow
 async def test_minis_scripted_model_fixes_the_bug_in_the_sandbox(
-    mini: Path, tmp_path: Path, env_venv: Path
+    mini: Path, tmp_path: Path, env_venv: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """mini-swe-agent's own deterministic model plays a fix: its commands run in the sandbox
     (the repository at /work/repo, not the host's copy), its submission line makes the env grade
-    the repository (score 1.0), and the trajectory's calls are the episode's."""
+    the repository (score 1.0), and the trajectory's calls are the episode's. The trajectories'
+    folder is given relative to the working folder, as ``env run --out runs/x`` gives it."""
+    monkeypatch.chdir(tmp_path)
     [task] = make_demo_suite(tmp_path / "suite", ("add",))
     fixed = (task.fix_dir / task.mutation.file).read_text()
     script = [
@@ -109,7 +111,7 @@ async def test_minis_scripted_model_fixes_the_bug_in_the_sandbox(
     async with ChatClient("http://127.0.0.1:9", "scripted") as client:
         ep = await run_mini_episode(
             task, client, config, episode=f"{task.id}/0", t0=0.0,
-            trajectories=tmp_path / "traj", extra_config=over,
+            trajectories=Path("traj"), extra_config=over,
         )  # fmt: skip
     assert ep.error is None, ep.error
     assert ep.terminated and ep.reward == 1.0

@@ -316,7 +316,7 @@ async def run_mini_episode(
     env = AsyncCodingEnv(task, dataclasses.replace(config, max_steps=config.max_steps + 1))
     scratch = Path(tempfile.mkdtemp(prefix="kvh-mswea-", dir=config.workdir))
     root = trajectories if trajectories is not None else scratch / "trajectories"
-    traj = trajectory_path(root, episode)
+    traj = trajectory_path(root.resolve(), episode)  # mini runs in a folder of its own
     served: _Serve | None = None
     try:
         traj.parent.mkdir(parents=True, exist_ok=True)
