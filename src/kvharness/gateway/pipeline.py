@@ -22,6 +22,11 @@ Forward and relay
     from the replica's socket to the client's, with backpressure, and a stream cut mid-way ends
     with an SSE ``error`` event. A client that leaves cancels its request: the replica's
     connection is closed (the engine stops working on it) and its queue slot freed at once.
+
+Record
+    With ``--record``, each routed request is written to the recording when its answer is
+    complete and before the answer's last byte leaves (:mod:`kvharness.gateway.recorder`), or
+    with the status of however else it ended.
 """
 
 from __future__ import annotations
