@@ -174,8 +174,12 @@ def test_every_workload_command_takes_a_recording(tmp_path: Path) -> None:
     assert not is_recording(tmp_path)
     w = load_workload(str(tmp_path / "rec"))
     assert w.num_turns == 12
-    # A recording converts to a workload file without loss, exact token ids included.
+    # A recording converts to a workload file without loss, exact token ids included (the
+    # file names its source in its meta: still a workload file, not a recording).
     wformat.save(w, tmp_path / "w.jsonl")
+    assert "kvharness-recording" in (tmp_path / "w.jsonl").read_text().splitlines()[0]
+    assert not is_recording(tmp_path / "w.jsonl")
+    assert load_workload(str(tmp_path / "w.jsonl")).sessions == w.sessions
     assert wformat.load(tmp_path / "w.jsonl").sessions == w.sessions
     schema = json.loads(wformat.SCHEMA_PATH.read_text())
     defs = schema["$defs"]

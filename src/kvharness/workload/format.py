@@ -89,12 +89,7 @@ _encoder = msgspec.json.Encoder()
 
 def is_workload_file(path: Path) -> bool:
     """True when ``path``'s first line is a kvharness workload header."""
-    try:
-        with path.open("rb") as f:
-            first = f.readline(4096)
-    except OSError:
-        return False
-    return FORMAT.encode() in first
+    return reader.first_line_format(path) == FORMAT
 
 
 def _session_to_wire(s: Session) -> _Session:

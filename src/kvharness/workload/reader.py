@@ -46,6 +46,7 @@ __all__ = [
     "check_nesting",
     "decode",
     "document",
+    "first_line_format",
     "line_of",
     "lines",
 ]
@@ -250,6 +251,24 @@ def _offset_of(data: bytes, path: Sequence[str | int]) -> int:
         else:
             return i
     return i
+
+
+class _Format(msgspec.Struct):
+    format: str = ""
+
+
+_format_decoder = msgspec.json.Decoder(_Format)
+
+
+def first_line_format(path: Path, limit: int = 1 << 20) -> str | None:
+    """The ``format`` field of the JSON object on ``path``'s first line (how kvharness's own
+    files name themselves), or None when the file cannot be read or does not start so."""
+    try:
+        with path.open("rb") as f:
+            first = f.readline(limit)
+        return _format_decoder.decode(first).format or None
+    except (OSError, msgspec.DecodeError, RecursionError):
+        return None  # the loader that reads it says what is wrong
 
 
 def check_hashes(hashes: Sequence[int]) -> None:

@@ -350,10 +350,9 @@ def is_recording(path: Path) -> bool:
     try:
         if path.is_dir():
             return bool(recording_parts(path))
-        with path.open("rb") as f:
-            return FORMAT.encode() in f.readline(4096)
     except OSError:
         return False
+    return reader.first_line_format(path) == FORMAT
 
 
 class _Read(NamedTuple):
