@@ -210,14 +210,15 @@ def main() -> None:
                 stop_process(proc)
             print(f"env run --agent {agent}: exit {code}")
             found = capture(rec, args.out / f"env-{agent}")
-            found["replays"] = [
+            replays = [
                 replay(reps, p, model, rec, args.out / f"replay-{agent}-{p}")
                 for p in [args.policy, *args.replay_policies]
             ]
             plain = hashes_only(rec, args.out / f"hashes-{agent}.jsonl")
-            found["replays"].append(
+            replays.append(
                 replay(reps, args.policy, model, rec, args.out / f"replay-{agent}-hashes", plain)
             )
+            found["replays"] = replays
             results[agent] = found
             print(json.dumps({agent: found}, indent=2))
     finally:
