@@ -11,14 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import openai
 
 from kvharness.gateway.app import Gateway
+from kvharness.testing.procs import wait_up
 from kvharness.testing.vllm import free_port
 from kvharness.wire.http import Client
 from kvharness.workload.chain import block_hash, chain_hashes
@@ -149,14 +148,7 @@ async def test_a_gateway_killed_mid_recording_loses_no_answered_request(
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "/health", timeout=1).read()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                await asyncio.sleep(0.1)
+        wait_up(url + "/health", proc, timeout=60)
         seen: dict[str, list[int]] = {f"s{i}": [] for i in range(6)}
         client = Client()
         tasks = [asyncio.ensure_future(_session(client, url, sid, n)) for sid, n in seen.items()]

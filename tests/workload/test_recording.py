@@ -12,6 +12,7 @@ import pytest
 from kvharness.cli import main
 from kvharness.errors import FormatError
 from kvharness.workload import format as wformat
+from kvharness.workload import recording
 from kvharness.workload.chain import BlockChain, block_hash, chain_hashes
 from kvharness.workload.load import load_workload
 from kvharness.workload.recording import (
@@ -99,6 +100,28 @@ def _hashes_only_line(folder: Path) -> str:
     writer = RecordingWriter(folder)
     writer.write(_observed("a", [1, 2, 3, 4, 5], 1.0, messages=[{"role": "user", "content": "x"}]))
     return recording_parts(folder)[0].read_text().splitlines()[1]
+
+
+def test_content_kept_for_delta_coding_is_bounded_messages_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the content budget the least recent session's last request is forgotten (messages
+    count, not only token ids), and its next request is written whole."""
+    monkeypatch.setattr(recording, "_KEPT_CONTENT_BYTES", 3000)
+    writer = RecordingWriter(tmp_path, content=True)
+    big = [{"role": "user", "content": "x" * 1000}]
+    for sid in ("a", "b", "c"):
+        writer.write(Observed(sid, False, 1.0, 1.5, _chain([1, 2]), 200, "/v1/chat/completions",
+                              messages=big))  # fmt: skip
+    for sid in ("a", "c"):
+        writer.write(Observed(sid, False, 2.0, 2.5, _chain([1, 2]), 200, "/v1/chat/completions",
+                              messages=[*big, {"role": "user", "content": "more"}]))  # fmt: skip
+    a, c = [json.loads(x) for x in recording_parts(tmp_path)[0].read_text().splitlines()[4:]]
+    assert a.get("messages_keep", 0) == 0 and len(a["messages"]) == 2  # "a" was forgotten
+    assert c["messages_keep"] == 1 and len(c["messages"]) == 1
+    assert load_recording(tmp_path).sessions[0].turns[1].messages == (
+        {"role": "user", "content": "more"},
+    )
 
 
 def test_rotated_parts_load_as_one_recording(tmp_path: Path) -> None:

@@ -70,8 +70,9 @@ DEFAULT_MAX_PART_BYTES = 256 << 20
 _PART = re.compile(r"^part-(\d{6,})\.jsonl$")
 _KEPT_SESSIONS = 4096
 """Sessions whose last request a writer remembers (for delta encoding and gaps), most recent."""
-_KEPT_CONTENT_TOKENS = 8 << 20
-"""Token ids a writer holds over all sessions' last requests, with content kept."""
+_KEPT_CONTENT_BYTES = 32 << 20
+"""Bytes of content (token ids at 4 bytes each, encoded messages) a writer holds over all
+sessions' last requests, with content kept."""
 
 
 class _Header(msgspec.Struct, forbid_unknown_fields=True):
@@ -153,6 +154,11 @@ class _Last:
     ids: array[int] | None = None
     messages: list[bytes] | None = None
 
+    @property
+    def content_bytes(self) -> int:
+        ids = self.ids.itemsize * len(self.ids) if self.ids is not None else 0
+        return ids + sum(map(len, self.messages or ()))
+
 
 _encoder = msgspec.json.Encoder()
 _header_decoder = msgspec.json.Decoder(_Header)
@@ -175,8 +181,8 @@ class RecordingWriter:
     own (each :meth:`write` is one ``write(2)`` on the caller's thread).
 
     Memory: the last request of at most :data:`_KEPT_SESSIONS` sessions (their hashes; with
-    content, token ids up to :data:`_KEPT_CONTENT_TOKENS` in all), least recently used dropped
-    first; a dropped session's next request is written whole."""
+    content, token ids and messages up to :data:`_KEPT_CONTENT_BYTES` in all), least recently
+    used dropped first; a dropped session's next request is written whole."""
 
     def __init__(
         self,
@@ -209,7 +215,7 @@ class RecordingWriter:
         self._last: OrderedDict[str, _Last] = OrderedDict()
         self._ends: OrderedDict[str, float] = OrderedDict()
         """Each session's last answer's end (Unix time), most recent last."""
-        self._content_tokens = 0
+        self._content_bytes = 0
         self._heads: OrderedDict[int, list[str]] = OrderedDict()
         """First block hash -> the sessions inferred here that begin with it, newest last."""
         self._inferred = itertools.count()
@@ -281,8 +287,8 @@ class RecordingWriter:
         ):
             self._open(chain.block_size)
         last = self._last.pop(o.session, None)
-        if last is not None and last.ids is not None:
-            self._content_tokens -= len(last.ids)
+        if last is not None:
+            self._content_bytes -= last.content_bytes
         if last is not None and last.part != self._number:
             last = None
         hashes = chain.hashes
@@ -311,14 +317,12 @@ class RecordingWriter:
         self._emit(_encoder.encode(rec) + b"\n")
         self.requests += 1
         self._last[o.session] = state
-        if state.ids is not None:
-            self._content_tokens += len(state.ids)
+        self._content_bytes += state.content_bytes
         while len(self._last) > 1 and (
-            len(self._last) > _KEPT_SESSIONS or self._content_tokens > _KEPT_CONTENT_TOKENS
+            len(self._last) > _KEPT_SESSIONS or self._content_bytes > _KEPT_CONTENT_BYTES
         ):
             _, old = self._last.popitem(last=False)
-            if old.ids is not None:
-                self._content_tokens -= len(old.ids)
+            self._content_bytes -= old.content_bytes
 
 
 def _add_content(rec: Request, state: _Last, last: _Last | None, o: Observed) -> None:
