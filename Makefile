@@ -54,7 +54,8 @@ lock:
 	$(PIP_COMPILE) --extra dev -o $(LOCKS)/dev.txt pyproject.toml $(LOCKS)/tools.in
 	$(PIP_COMPILE) -o $(LOCKS)/vllm.txt $(LOCKS)/vllm.in $(LOCKS)/tools.in
 	$(PIP_COMPILE) -o $(LOCKS)/mini-swe-agent.txt $(LOCKS)/mini-swe-agent.in $(LOCKS)/tools.in
+	$(PIP_COMPILE) -o $(LOCKS)/aiperf.txt $(LOCKS)/aiperf.in $(LOCKS)/tools.in
 	rm -rf .venv-lock
 
 clean:
-	rm -rf $(VENV) .venv-vllm .venv-mini-swe-agent .venv-lock .cache build dist
+	rm -rf $(VENV) .venv-vllm .venv-mini-swe-agent .venv-aiperf .venv-lock .cache build dist

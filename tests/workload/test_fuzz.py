@@ -36,6 +36,22 @@ LOADERS: dict[str, tuple[str, Loader]] = {
     "spec-traj": ("s.traj", lambda p: load_workload(str(p), block_size=4)),
 }
 
+SAMPLES = Path(__file__).parent / "samples"
+# the trace formats of the field, each loaded by name, and a public sample of each to damage
+FIELD_FORMATS = {
+    "azure": ("t.csv", "azure/AzureLLMInferenceTrace_conv_1week.head5tail5.csv"),
+    "otel": ("t.json", "otel/inference-perf_simple_chain.json"),
+    "otlp": ("t.json", "otel/genai-interlingua_openinference_in.json"),
+    "atif": ("t.json", "atif/harbor-rfc-example.trajectory.json"),
+    "openhands": ("t.json", "openhands/harbor-rfc-openhands_trajectory.json"),
+    "mini-swe-agent": ("t.traj.json", "mini-swe-agent/harbor-rfc-mini-swe-agent-trajectory.json"),
+    "openai-log": ("t.jsonl", "openai-log/litellm_standard_logging_payload.json"),
+}
+for _name, (_file, _) in FIELD_FORMATS.items():
+    _fmt = "otel" if _name == "otlp" else _name
+    LOADERS[_name] = (_file, lambda p, f=_fmt: load_workload(str(p), fmt=f, block_size=4))
+LOADERS["detected"] = ("d.json", lambda p: load_workload(str(p), block_size=4))
+
 FUZZ = settings(
     max_examples=150,
     deadline=None,
@@ -229,3 +245,44 @@ def test_near_valid_workload_files(folder: Path, name: str, data: bytes) -> None
 @given(data=trajectories())
 def test_near_valid_trajectories(folder: Path, name: str, data: bytes) -> None:
     _check(name, folder, data)
+
+
+@st.composite
+def damaged_samples(draw: st.DrawFn, sample: str) -> bytes:
+    """A real sample with at most one of its objects changed (or one CSV cell), then damaged."""
+    text = (SAMPLES / sample).read_text()
+    if sample.endswith(".csv"):
+        rows = [line.split(",") for line in text.splitlines()]
+        if draw(st.booleans()):
+            row = draw(st.sampled_from(rows))
+            row[draw(st.integers(0, len(row) - 1))] = draw(
+                st.text(max_size=8).filter(lambda t: "\n" not in t and "\r" not in t)
+            )
+        return draw(damaged_file([",".join(r).encode() for r in rows]))
+    doc = json.loads(text)
+    objects: list[dict[str, Any]] = []
+    stack: list[Any] = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            objects += [item] if item else []
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    draw(mutate_one(objects))
+    return draw(damaged_file([_dumps(doc, indent=draw(st.sampled_from([None, 2])))]))
+
+
+@pytest.mark.parametrize("name", sorted(FIELD_FORMATS))
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_near_valid_samples_of_the_fields_formats(
+    folder: Path, name: str, data: st.DataObject
+) -> None:
+    raw = data.draw(damaged_samples(FIELD_FORMATS[name][1]))
+    _check(name, folder, raw)
+    _check("detected", folder, raw)

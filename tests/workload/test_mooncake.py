@@ -28,7 +28,7 @@ def test_session_inference_hand_worked(tmp_path: Path) -> None:
         '{"timestamp": 5000, "input_length": 16, "output_length": 1, "hash_ids": [0, 1, 2, 7]}',
     )
     requests = read_requests(path, block_size=4)
-    assert infer_sessions(requests) == [[0, 1, 3], [2], [4]]
+    assert infer_sessions([r.chain for r in requests]) == [[0, 1, 3], [2], [4]]
     w = load_mooncake(path, block_size=4)
     first = w.sessions[0]
     assert [len(s.turns) for s in w.sessions] == [3, 1, 1]

@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import json
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -13,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvharness.cli._args import block_size, output_file
-from kvharness.workload import format as wformat
+from kvharness.workload import formats
 from kvharness.workload.load import load_workload
 from kvharness.workload.model import Workload
 from kvharness.workload.stats import Distribution, WorkloadStats, workload_stats
@@ -22,9 +24,17 @@ from kvharness.workload.synthetic import SyntheticConfig
 HELP = "inspect and convert agent-session workloads (traces, trajectories, synthetic)"
 
 _SPEC_HELP = (
-    "workload: a kvharness workload file, a Mooncake/AIPerf hash_ids JSONL trace, a SWE-agent "
-    ".traj file or folder, or 'synthetic[:key=value,...]' (default: synthetic)"
+    "workload: a trace file or folder in any format `kvharness workload formats` lists (its "
+    "format is told from its contents), a gateway recording, or 'synthetic[:key=value,...]' "
+    "(default: synthetic)"
 )
+
+_SHARING = {
+    "hashes": "known: the trace names its blocks",
+    "content": "known: its text, tokenised",
+    "none": "not recorded (lengths only): no prompt shares a block, so the ideal hit ratio "
+    "says nothing about real reuse",
+}
 
 
 def _synthetic_epilog() -> str:
@@ -38,17 +48,25 @@ def _synthetic_epilog() -> str:
 def _add_source_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="?", default="synthetic", metavar="WORKLOAD", help=_SPEC_HELP)
     p.add_argument(
+        "--format",
+        dest="fmt",
+        default=None,
+        metavar="NAME",
+        help="read the input as this format instead of telling it from the contents "
+        "(`kvharness workload formats` lists them)",
+    )
+    p.add_argument(
         "--block-size",
         type=block_size,
-        default=512,
-        help="block size of hash_ids traces in tokens (default: 512, Mooncake's)",
+        default=None,
+        help="tokens per hash id of hash_ids traces (default: 512, Mooncake's)",
     )
     p.add_argument(
         "--tokenizer",
         default=None,
         metavar="PATH",
-        help="tokenizer.json (or its folder) for SWE-agent trajectories "
-        "(default: a built-in approximation, no download)",
+        help="tokenizer.json (or its folder) for formats that carry text: trajectories, spans, "
+        "request logs (default: a built-in approximation, no download)",
     )
 
 
@@ -69,28 +87,60 @@ def register(subparsers: Any) -> None:
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
     stats.set_defaults(func=_run_stats)
 
+    writable = ", ".join(f.name for f in formats.writable())
     convert = sub.add_parser(
         "convert",
-        help="write any workload source in kvharness's own workload format",
-        description="Load a workload from any source and save it in kvharness's versioned "
-        "workload format (docs/workload-format.md), e.g. to freeze a synthetic workload.",
+        help=f"write any workload source in another format ({writable})",
+        description="Load a workload from any source (a gateway recording included) and write "
+        "it in kvharness's versioned workload format (docs/workload-format.md), as agentic "
+        "Mooncake rows (AIPerf and Dynamo replay them), as OpenTelemetry GenAI spans (OTLP JSON) "
+        "or as Harbor ATIF trajectories (docs/trace-formats.md says what each keeps).",
         epilog=_synthetic_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_source_options(convert)
-    convert.add_argument("output", help="path of the workload file to write")
+    convert.add_argument("output", help="path of the file to write")
+    convert.add_argument(
+        "--to",
+        default="kvharness",
+        choices=[f.name for f in formats.writable()],
+        help="the format to write (default: kvharness)",
+    )
     convert.set_defaults(func=_run_convert)
+
+    listing = sub.add_parser(
+        "formats",
+        help="the trace formats kvharness reads and writes",
+        description="Every trace format kvharness reads (and those it writes), in the order "
+        "detection tries them.",
+    )
+    listing.set_defaults(func=_run_formats)
 
 
 def _load(args: argparse.Namespace) -> Workload:
-    return load_workload(args.spec, block_size=args.block_size, tokenizer=args.tokenizer)
+    return load_workload(
+        args.spec, block_size=args.block_size, tokenizer=args.tokenizer, fmt=args.fmt
+    )
 
 
 def _run_convert(args: argparse.Namespace) -> int:
     output_file(args.output, "OUTPUT")
     workload = _load(args)
-    wformat.save(workload, args.output)
-    print(f"wrote {len(workload.sessions)} sessions, {workload.num_turns} turns to {args.output}")
+    formats.save_as(workload, Path(args.output), args.to)
+    print(
+        f"wrote {len(workload.sessions)} sessions, {workload.num_turns} turns as {args.to} "
+        f"to {args.output} (block size {workload.block_size})"
+    )
+    return 0
+
+
+def _run_formats(args: argparse.Namespace) -> int:
+    table = Table(box=box.SIMPLE)
+    for col in ("format", "reads", "writes", "what it is"):
+        table.add_column(col)
+    for f in formats.formats():
+        table.add_row(f.name, "yes", "yes" if f.save else "", f.summary)
+    Console().print(table)
     return 0
 
 
@@ -103,13 +153,19 @@ def render_stats(s: WorkloadStats, console: Console) -> None:
     head = Table(title=f"workload {s.name}", show_header=False, box=None)
     head.add_column(style="bold")
     head.add_column(justify="right")
+    head.add_row("format", s.format)
+    head.add_row("prefix sharing", _SHARING.get(s.sharing, s.sharing))
     head.add_row("requests (turns)", f"{s.requests:,}")
     head.add_row("sessions", f"{s.sessions:,}")
     head.add_row("multi-turn sessions", f"{s.multi_turn_sessions:,}")
     head.add_row("input / output tokens", f"{s.total_input_tokens:,} / {s.total_output_tokens:,}")
     head.add_row("block size", f"{s.block_size}")
-    head.add_row("ideal prefix-hit ratio (tokens)", f"{s.ideal_hit_ratio_tokens:.1%}")
-    head.add_row("ideal prefix-hit ratio (blocks)", f"{s.ideal_hit_ratio_blocks:.1%}")
+    unknown = s.sharing == "none"
+    for weight, ratio in (
+        ("tokens", s.ideal_hit_ratio_tokens),
+        ("blocks", s.ideal_hit_ratio_blocks),
+    ):
+        head.add_row(f"ideal prefix-hit ratio ({weight})", "n/a" if unknown else f"{ratio:.1%}")
     console.print(head)
 
     dist = Table(title="distributions")
@@ -132,10 +188,14 @@ def render_stats(s: WorkloadStats, console: Console) -> None:
 
 
 def _run_stats(args: argparse.Namespace) -> int:
-    stats = workload_stats(_load(args))
+    started = time.perf_counter()
+    workload = _load(args)
+    seconds = time.perf_counter() - started
+    stats = workload_stats(workload)
     if args.json:
-        json.dump(stats.to_dict(), sys.stdout, indent=2)
+        json.dump({**stats.to_dict(), "load_seconds": seconds}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         render_stats(stats, Console())
+        print(f"loaded in {seconds:.2f} s")
     return 0

@@ -27,10 +27,20 @@ from kvharness.errors import FormatError
 from kvharness.files import replacing
 from kvharness.workload import reader
 from kvharness.workload.chain import BlockChain, common_prefix_len
+from kvharness.workload.formats import Probe, TraceFormat
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 from kvharness.workload.reader import BlockHash, BlockSize, Seconds, Tokens
 
-__all__ = ["FORMAT", "SCHEMA_PATH", "VERSION", "dumps_lines", "is_workload_file", "load", "save"]
+__all__ = [
+    "FORMAT",
+    "SCHEMA_PATH",
+    "TRACE_FORMAT",
+    "VERSION",
+    "dumps_lines",
+    "is_workload_file",
+    "load",
+    "save",
+]
 
 FORMAT = "kvharness-workload"
 VERSION = 1
@@ -224,3 +234,16 @@ def load(path: str | Path) -> Workload:
     a = header.arrival
     arrival = Arrival(a.kind, a.rate, a.concurrency, a.time_scale, a.seed)
     return Workload(tuple(sessions), header.block_size, header.name, arrival, header.meta)
+
+
+def _sniff(p: Probe) -> bool:
+    return p.container == "line" and p.values.get("format") == FORMAT
+
+
+TRACE_FORMAT = TraceFormat(
+    "kvharness",
+    "kvharness's own workload format (docs/workload-format.md)",
+    _sniff,
+    lambda path, _: load(path),
+    save,
+)

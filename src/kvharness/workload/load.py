@@ -1,10 +1,9 @@
 """One entry point for every workload source, by a spec string.
 
 - ``synthetic`` or ``synthetic:sessions=64,seed=3`` — the coding-agent generator with options;
-- a kvharness workload file (its first line is the format header);
-- a recording (``kvharness gateway --record DIR``): its folder or one of its parts;
-- a SWE-agent ``.traj`` file or a folder of them;
-- a Mooncake / AIPerf ``hash_ids`` JSONL trace (any other file).
+- a file or folder in any format of :mod:`kvharness.workload.formats` (kvharness's own workload
+  files and recordings, Mooncake / AIPerf / Dynamo ``hash_ids`` traces, Azure CSV traces, OTel
+  GenAI spans, agent trajectories, OpenAI request logs), told by what it starts with or named.
 """
 
 from __future__ import annotations
@@ -13,11 +12,8 @@ import dataclasses
 from pathlib import Path
 
 from kvharness.errors import FormatError, UserError
-from kvharness.workload import format as wformat
+from kvharness.workload import formats
 from kvharness.workload.model import Workload
-from kvharness.workload.mooncake import load_mooncake
-from kvharness.workload.recording import is_recording, load_recording
-from kvharness.workload.swe_agent import load_swe_agent
 from kvharness.workload.synthetic import SyntheticConfig, generate
 
 __all__ = ["load_workload", "parse_synthetic"]
@@ -45,28 +41,29 @@ def parse_synthetic(spec: str) -> SyntheticConfig:
         raise UserError(str(err)) from None
 
 
-def load_workload(spec: str, *, block_size: int = 512, tokenizer: str | None = None) -> Workload:
-    """Load a workload from ``spec`` (see module docstring).
+def load_workload(
+    spec: str,
+    *,
+    block_size: int | None = None,
+    tokenizer: str | None = None,
+    fmt: str | None = None,
+) -> Workload:
+    """Load a workload from ``spec`` (see module docstring), in format ``fmt`` (None: detected,
+    see :mod:`kvharness.workload.formats`).
 
-    ``block_size`` applies to ``hash_ids`` traces (512 for Mooncake); ``tokenizer`` (a path) to
-    SWE-agent trajectories.
+    ``block_size`` applies to ``hash_ids`` traces (None: 512, Mooncake's); ``tokenizer`` (a path)
+    to formats that carry text.
     """
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return generate(parse_synthetic(spec))
     path = Path(spec)
     try:
-        is_dir = path.is_dir()
-        exists = is_dir or path.exists()
+        exists = path.is_dir() or path.exists()
     except OSError as err:
         raise FormatError(spec, None, f"cannot read: {err.strerror or err}") from None
     if not exists:
         raise UserError(
-            f"no such workload {spec!r}: give a file, a recording's folder, a folder of .traj files, or synthetic[:k=v,...]"
+            f"no such workload {spec!r}: give a trace file or folder (`kvharness workload "
+            "formats` lists what kvharness reads), a recording's folder, or synthetic[:k=v,...]"
         )
-    if is_recording(path):
-        return load_recording(path)
-    if is_dir or path.suffix == ".traj":
-        return load_swe_agent(path, tokenizer, block_size=128)
-    if wformat.is_workload_file(path):
-        return wformat.load(path)
-    return load_mooncake(path, block_size=block_size)
+    return formats.load_path(path, fmt, formats.LoadOptions(block_size, tokenizer))

@@ -7,9 +7,23 @@ One request a line::
 ``timestamp`` is milliseconds; ``hash_ids`` name ``block_size``-token blocks (512 for Mooncake),
 chained over the whole prefix, so they map onto :class:`BlockChain` directly: there must be
 ``ceil(input_length / block_size)`` of them. AIPerf's extension fields are accepted: ``session_id``
-(explicit sessions; no inference then) and ``delay`` (milliseconds before the turn, used instead of
-timestamps within a session). Lengths, times and hashes are bounded as in
-:mod:`kvharness.workload.reader` (``timestamp`` and ``delay`` >= 0); the file is streamed.
+(explicit sessions; no inference then) and ``delay`` (milliseconds before the turn, after the
+previous one finished, used instead of timestamps within a session), and so are NVIDIA Dynamo's
+agentic rows: ``request_id``, ``wait_for`` (within a session, the previous turn: the order the
+rows already give), ``tool_wait_ms`` (the tool's part of the gap; the gap is ``delay`` plus it),
+``branches`` and ``prefix_reset`` (metadata). A ``wait_for`` naming another session's request (a
+sub-agent's spawn or join) is not kept: a workload's sessions are independent. Rows without a
+``session_id`` must come in time order. Lengths, times and hashes are bounded as in
+:mod:`kvharness.workload.reader` (``timestamp``, ``delay`` and ``tool_wait_ms`` >= 0); the file is
+streamed.
+
+:func:`save_mooncake` writes agentic rows, which AIPerf's and Dynamo's replays read: one row per
+turn, sessions one after another, each row with its ``session_id``, ``request_id``, nominal
+``timestamp`` (:func:`kvharness.workload.export.nominal_calls`), lengths and ``hash_ids``
+(:class:`kvharness.workload.export.BlockIds`); a later turn adds ``wait_for`` (the previous
+turn), ``delay`` (its gap, ms) and, where the workload names the tool that ran, ``tool_wait_ms``
+(the whole gap, then, with ``delay`` 0). The block size is not in the rows: replay the file at the
+block size the writer reports.
 
 **Session inference** (when no ``session_id`` is given). Request B continues an earlier request A
 when A's *full* blocks are a prefix of B's blocks and they share at least ``min_shared`` blocks (block
@@ -23,18 +37,29 @@ the trace records no service times.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
 from kvharness.errors import FormatError
+from kvharness.files import replacing
 from kvharness.workload import reader
 from kvharness.workload.chain import BlockChain
+from kvharness.workload.export import BlockIds, nominal_calls
+from kvharness.workload.formats import LoadOptions, Probe, TraceFormat
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 from kvharness.workload.reader import BlockHash, Milliseconds, Tokens
 
-__all__ = ["MooncakeRequest", "infer_sessions", "load_mooncake", "read_requests"]
+__all__ = [
+    "TRACE_FORMAT",
+    "MooncakeRequest",
+    "infer_sessions",
+    "load_mooncake",
+    "read_requests",
+    "save_mooncake",
+]
 
 
 class _Line(msgspec.Struct):
@@ -44,6 +69,8 @@ class _Line(msgspec.Struct):
     timestamp: Milliseconds | None = None
     session_id: str | None = None
     delay: Milliseconds | None = None
+    tool_wait_ms: Milliseconds | None = None
+    request_id: str | None = None
 
     def __post_init__(self) -> None:
         reader.check_hashes(self.hash_ids)
@@ -76,7 +103,7 @@ def read_requests(path: str | Path, block_size: int = 512) -> list[MooncakeReque
         time = 0.0
         if row.timestamp is not None:
             time = row.timestamp / 1000.0
-            if time < last_time:
+            if row.session_id is None and time < last_time:
                 raise FormatError(
                     where,
                     lineno,
@@ -92,25 +119,28 @@ def read_requests(path: str | Path, block_size: int = 512) -> list[MooncakeReque
                 f"size {block_size} needs {need}",
             )
         chain = BlockChain(block_size, row.hash_ids, row.input_length)
-        delay = None if row.delay is None else row.delay / 1000.0
+        delay = None
+        if row.delay is not None or row.tool_wait_ms is not None:
+            delay = ((row.delay or 0.0) + (row.tool_wait_ms or 0.0)) / 1000.0
         out.append(MooncakeRequest(lineno, time, chain, row.output_length, row.session_id, delay))
     if not out:
         raise FormatError(where, None, "no requests: the file is empty or holds only blank lines")
     return out
 
 
-def infer_sessions(requests: list[MooncakeRequest], min_shared: int = 2) -> list[list[int]]:
-    """Group requests (by index) into sessions by the rule in the module docstring.
+def infer_sessions(chains: Sequence[BlockChain], min_shared: int = 2) -> list[list[int]]:
+    """Group requests (by index, their prompts' ``chains`` in arrival order) into sessions by the
+    rule in the module docstring.
 
     Returns sessions as lists of request indices in arrival order; every request is in exactly
     one session. O(total blocks).
     """
     # (position of A's last full block, its hash) -> indices of requests whose full chain ends there.
     ends: dict[tuple[int, int], list[int]] = {}
-    has_child = [False] * len(requests)
-    parent = [-1] * len(requests)
-    for b, req in enumerate(requests):
-        hashes = req.chain.hashes
+    has_child = [False] * len(chains)
+    parent = [-1] * len(chains)
+    for b, chain in enumerate(chains):
+        hashes = chain.hashes
         for j in range(len(hashes), min_shared - 1, -1):
             cands = ends.get((j - 1, hashes[j - 1])) if j > 0 else None
             if not cands:
@@ -121,11 +151,11 @@ def infer_sessions(requests: list[MooncakeRequest], min_shared: int = 2) -> list
                 parent[b] = a
                 has_child[a] = True
             break
-        k = req.chain.num_full_blocks
+        k = chain.num_full_blocks
         if k >= min_shared:
             ends.setdefault((k - 1, hashes[k - 1]), []).append(b)
     sessions: list[list[int]] = []
-    session_of = [-1] * len(requests)
+    session_of = [-1] * len(chains)
     for b, p in enumerate(parent):
         if p < 0:
             session_of[b] = len(sessions)
@@ -150,7 +180,9 @@ def load_mooncake(
         names = list(by_id)
     else:
         groups = (
-            infer_sessions(requests, min_shared) if infer else [[i] for i in range(len(requests))]
+            infer_sessions([r.chain for r in requests], min_shared)
+            if infer
+            else [[i] for i in range(len(requests))]
         )
         names = [f"mc-{g[0]}" for g in groups]
     sessions = []
@@ -171,3 +203,57 @@ def load_mooncake(
     sessions.sort(key=lambda s: s.start or 0.0)
     meta = {"source": "mooncake", "path": str(path), "requests": len(requests)}
     return Workload(tuple(sessions), block_size, Path(path).stem, Arrival("trace"), meta)
+
+
+class _Row(msgspec.Struct, omit_defaults=True):
+    session_id: str
+    request_id: str
+    timestamp: float
+    input_length: int
+    output_length: int
+    hash_ids: list[int]
+    wait_for: list[str] | None = None
+    delay: float | None = None
+    tool_wait_ms: float | None = None
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+def save_mooncake(workload: Workload, path: str | Path) -> None:
+    """Write ``workload`` as agentic Mooncake rows (see module docstring)."""
+    ids = BlockIds()
+    encoder = msgspec.json.Encoder()
+    with replacing(path) as tmp, tmp.open("wb") as f:
+        for calls in nominal_calls(workload):
+            lines = []
+            for call in calls:
+                turn, sid = call.turn, call.session.id
+                row = _Row(sid, f"{sid}:{call.index}", _ms(call.start), turn.input.num_tokens,
+                           turn.output_tokens, ids.of(turn.input))  # fmt: skip
+                if call.index:
+                    row.wait_for = [f"{sid}:{call.index - 1}"]
+                    tool = turn.tool is not None
+                    row.delay = 0.0 if tool else _ms(turn.gap)
+                    row.tool_wait_ms = _ms(turn.gap) if tool else None
+                lines.append(encoder.encode(row))
+            f.write(b"\n".join(lines) + b"\n")
+
+
+def _sniff(p: Probe) -> bool:
+    return p.container == "line" and bool({"hash_ids", "input_length"} & p.keys)
+
+
+def _load(path: Path, options: LoadOptions) -> Workload:
+    return load_mooncake(path, options.block_size or 512)
+
+
+TRACE_FORMAT = TraceFormat(
+    "mooncake",
+    "Mooncake / AIPerf / Dynamo hash_ids JSONL: timestamps, or sessions with delays and tool "
+    "waits (agentic rows)",
+    _sniff,
+    _load,
+    save_mooncake,
+)

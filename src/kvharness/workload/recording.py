@@ -49,11 +49,13 @@ import msgspec
 from kvharness.errors import FormatError, UserError
 from kvharness.workload import reader
 from kvharness.workload.chain import BlockChain, common_prefix_len
+from kvharness.workload.formats import Probe, TraceFormat
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 from kvharness.workload.reader import BlockHash, BlockSize, Seconds, Tokens
 
 __all__ = [
     "FORMAT",
+    "TRACE_FORMAT",
     "VERSION",
     "Observed",
     "RecordingWriter",
@@ -526,3 +528,18 @@ def load_recording(path: str | Path) -> Workload:
         "started": t0,
     }
     return Workload(tuple(sessions), next(iter(sizes)), p.name, Arrival("trace"), meta)
+
+
+def _sniff(p: Probe) -> bool:
+    if p.container is None and not p.first_line:
+        return is_recording(p.path)  # a folder
+    return p.container == "line" and p.values.get("format") == FORMAT
+
+
+TRACE_FORMAT = TraceFormat(
+    "recording",
+    "a kvharness gateway recording (--record DIR): its folder or one part "
+    "(docs/recording-format.md)",
+    _sniff,
+    lambda path, _: load_recording(path),
+)

@@ -42,6 +42,11 @@ class Distribution(msgspec.Struct, frozen=True):
 
 class WorkloadStats(msgspec.Struct, frozen=True):
     name: str
+    format: str
+    """The format it was read from (``synthetic`` for the generator)."""
+    sharing: str
+    """How prefix sharing is known: ``hashes``, ``content`` or ``none`` (the format records
+    lengths only, so no prompt shares a block and the ideal hit ratio says nothing)."""
     block_size: int
     requests: int
     sessions: int
@@ -96,6 +101,8 @@ def workload_stats(workload: Workload, max_turn_index: int = 32) -> WorkloadStat
     starts = workload.arrival.start_times(workload.sessions)
     return WorkloadStats(
         name=workload.name,
+        format=str(workload.meta.get("format", workload.meta.get("source", "unknown"))),
+        sharing=str(workload.meta.get("sharing", "hashes")),
         block_size=workload.block_size,
         requests=len(inputs),
         sessions=len(workload.sessions),

@@ -19,12 +19,13 @@ import msgspec
 
 from kvharness.errors import FormatError
 from kvharness.workload import reader
-from kvharness.workload.chain import ChainBuilder
-from kvharness.workload.model import Arrival, Session, Turn, Workload
+from kvharness.workload.conversation import Call, MessageTokens, session_turns
+from kvharness.workload.formats import LoadOptions, Probe, TraceFormat
+from kvharness.workload.model import Arrival, Session, Workload
 from kvharness.workload.reader import Seconds
-from kvharness.workload.tokenize import Tokenizer, load_tokenizer, message_tokens
+from kvharness.workload.tokenize import Tokenizer, load_tokenizer
 
-__all__ = ["load_swe_agent", "trajectory_session"]
+__all__ = ["TRACE_FORMAT", "load_swe_agent", "trajectory_session"]
 
 
 class _Part(msgspec.Struct):
@@ -65,7 +66,7 @@ def _message(m: _Message) -> dict[str, Any]:
     return out
 
 
-def trajectory_session(path: Path, tokenizer: Tokenizer, block_size: int = 128) -> Session:
+def trajectory_session(path: Path, tokens: MessageTokens, block_size: int = 128) -> Session:
     """One ``.traj`` file as a session. Raises :class:`FormatError` naming file and line."""
     where = str(path)
     data = reader.document(path)
@@ -82,31 +83,25 @@ def trajectory_session(path: Path, tokenizer: Tokenizer, block_size: int = 128) 
                 f"history[{i}].tool_calls nested deeper than {reader.MAX_NESTING} levels",
             )
 
-    builder = ChainBuilder(block_size)
-    turns: list[Turn] = []
-    start = 0
+    messages = [_message(m) for m in history]
+    calls: list[Call] = []
     for i, raw in enumerate(history):
         if raw.role != "assistant":
             continue
-        new = [_message(m) for m in history[start:i]]
-        for message in new:
-            builder.extend_tokens(message_tokens(tokenizer, message))
-        reply = _message(raw)
-        output = len(tokenizer.encode(str(reply.get("content", "")))) or 1
-        k = len(turns)
-        gap, tool = 0.0, None
+        k = len(calls)
+        seconds, tool = None, None
         if 0 < k <= len(doc.trajectory):
             step = doc.trajectory[k - 1]
-            gap = step.execution_time or 0.0
+            seconds = step.execution_time or 0.0
             action = (step.action or "").strip()
             tool = action.split(maxsplit=1)[0] if action else None
-        turns.append(Turn(builder.chain(), output, gap, tool, tuple(new)))
-        start = i
+        calls.append(Call(messages[:i], reply=messages[i], tool=tool, tool_seconds=seconds))
+    turns = session_turns(calls, tokens, block_size)
     if not turns:
         raise FormatError(
             where, reader.line_of(data, ["history"]), "no assistant message in history"
         )
-    return Session(path.stem, tuple(turns))
+    return Session(path.stem, turns)
 
 
 def _files(paths: Iterable[Path]) -> list[Path]:
@@ -128,6 +123,26 @@ def load_swe_agent(
     files = _files([Path(path)])
     if not files:
         raise FormatError(str(path), None, "no .traj files found")
-    sessions = tuple(trajectory_session(f, tok, block_size) for f in files)
+    tokens = MessageTokens(tok)
+    sessions = tuple(trajectory_session(f, tokens, block_size) for f in files)
     meta = {"source": "swe-agent", "path": str(path), "tokenizer": tok.name}
     return Workload(sessions, block_size, Path(path).stem, Arrival("trace"), meta)
+
+
+def _sniff(p: Probe) -> bool:
+    return p.path.suffix == ".traj" or (p.container in ("line", "document") and "history" in p.keys)
+
+
+def _load(path: Path, options: LoadOptions) -> Workload:
+    return load_swe_agent(path, options.tokenizer)
+
+
+TRACE_FORMAT = TraceFormat(
+    "swe-agent",
+    "SWE-agent trajectories (.traj): a file or a folder of them, one session each",
+    _sniff,
+    _load,
+    sharing="content",
+    per_session=True,
+    suffixes=(".traj",),
+)

@@ -25,6 +25,7 @@ from kvharness.errors import UserError
 __all__ = [
     "ApproxTokenizer",
     "Tokenizer",
+    "content_text",
     "load_hf_tokenizer",
     "load_tokenizer",
     "message_text",
@@ -104,19 +105,25 @@ def load_tokenizer(path: str | Path | None = None) -> Tokenizer:
     return _HFTokenizer(load_hf_tokenizer(p), str(p / "tokenizer.json" if p.is_dir() else p))
 
 
-def message_text(message: Mapping[str, Any]) -> str:
-    """A chat message rendered as the text its tokens are counted from."""
+def content_text(message: Mapping[str, Any]) -> str:
+    """A chat message's content as text (its text parts joined) and its tool calls as JSON: what
+    the model wrote, when the message is a reply."""
     content = message.get("content")
     if isinstance(content, list):
         content = "".join(
             str(part.get("text", "")) if isinstance(part, Mapping) else str(part)
             for part in content
         )
-    text = f"<|{message.get('role', 'user')}|>\n{content or ''}"
+    text = str(content or "")
     calls = message.get("tool_calls")
     if calls:
         text += "\n" + json.dumps(calls, sort_keys=True)
-    return text + "\n"
+    return text
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """A chat message rendered as the text its tokens are counted from."""
+    return f"<|{message.get('role', 'user')}|>\n{content_text(message)}\n"
 
 
 def message_tokens(tokenizer: Tokenizer, message: Mapping[str, Any]) -> list[int]:
