@@ -120,6 +120,8 @@ MALFORMED = {
                  '{"timestamp": 1, "input_length": -4, "output_length": 1, "hash_ids": [1]}\n', 2),
     "openai-log": ("t.jsonl", '{"messages": [{"role": "user", "content": "hi"}], "timestamp": 1}\n'
                    '{"messages": [{"role": "user", "content": "hi"}], "timestamp": "soon"}\n', 2),
+    "openai-log-role": ("t.jsonl", '{"messages": [{"role": "user", "content": "hi"}], "timestamp": 1}\n'
+                        '{"messages": [{"role": 5, "content": "hi"}], "timestamp": 2}\n', 2),
     "otel": ("t.json", '{"spans": [\n {"start_time": "2026-01-01T00:00:00", "name": "chat a",'
              ' "attributes": {"gen_ai.input.messages": "[]", "gen_ai.usage.input_tokens": 3}},\n'
              ' {"start_time": "later", "name": "chat b", "attributes": {}}\n]}\n', 3),
@@ -140,7 +142,7 @@ def test_a_malformed_record_is_named_by_file_and_line(tmp_path: Path, name: str)
     path = tmp_path / filename
     path.write_text(text)
     with pytest.raises(FormatError) as info:
-        load_workload(str(path), fmt=name, block_size=4)
+        load_workload(str(path), fmt=name.removesuffix("-role"), block_size=4)
     assert str(info.value).startswith(f"{path}:{line}: "), str(info.value)
     assert "\n" not in str(info.value)
 

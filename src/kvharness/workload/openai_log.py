@@ -69,9 +69,12 @@ def _messages(value: Any) -> list[Message] | None:
             value = msgspec.json.decode(value)
         except msgspec.DecodeError:
             return None
-    if isinstance(value, list) and value and all(isinstance(m, Mapping) for m in value):
-        return [dict(m) for m in value]
-    return None
+    if not isinstance(value, list) or not value:
+        return None
+    for i, m in enumerate(value):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+            raise ValueError(f"messages[{i}] is not a chat message with a string role")
+    return [dict(m) for m in value]
 
 
 def _int(value: Any, what: str) -> int | None:
