@@ -35,10 +35,10 @@ from kvharness.workload import reader
 from kvharness.workload.chain import ChainBuilder
 from kvharness.workload.conversation import Call, MessageTokens, seconds, session_turns
 from kvharness.workload.export import EPOCH, BlockIds, nominal_calls
-from kvharness.workload.formats import Probe, TraceFormat
 from kvharness.workload.model import Arrival, Message, Session, Turn, Workload
 from kvharness.workload.reader import BlockHash, BlockSize, Seconds, Tokens
 from kvharness.workload.tokenize import load_tokenizer
+from kvharness.workload.traceformat import Probe, TraceFormat
 
 __all__ = ["SCHEMA_VERSION", "TRACE_FORMAT", "load_atif", "save_atif"]
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from kvharness.errors import FormatError
 from kvharness.workload import reader
 from kvharness.workload.conversation import seconds, unique_chain
-from kvharness.workload.formats import Probe, TraceFormat
 from kvharness.workload.model import Arrival, Session, Turn, Workload
+from kvharness.workload.traceformat import Probe, TraceFormat
 
 __all__ = ["HEADER", "TRACE_FORMAT", "load_azure"]
 

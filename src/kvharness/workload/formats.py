@@ -14,17 +14,28 @@ unique, and the ideal hit ratio says nothing).
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
 from kvharness.errors import FormatError, UserError
-from kvharness.workload import reader
+from kvharness.workload import (
+    atif,
+    azure,
+    mini_swe_agent,
+    mooncake,
+    openai_log,
+    openhands,
+    otel,
+    reader,
+    recording,
+    swe_agent,
+)
+from kvharness.workload import format as wformat
 from kvharness.workload.model import Arrival, Workload
+from kvharness.workload.traceformat import LoadOptions, Probe, Sharing, TraceFormat
 
 __all__ = [
     "LoadOptions",
@@ -40,52 +51,7 @@ __all__ = [
     "writable",
 ]
 
-Sharing = Literal["hashes", "content", "none"]
-
 _HEAD_BYTES = 64 << 10
-
-
-@dataclass(frozen=True, slots=True)
-class LoadOptions:
-    """``block_size``: tokens per hash id of a ``hash_ids`` trace (None: the format's own);
-    ``tokenizer``: a ``tokenizer.json`` (or its folder) for formats that carry text (None: the
-    built-in approximation)."""
-
-    block_size: int | None = None
-    tokenizer: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Probe:
-    """What a file starts with. ``first_line``: its first non-blank line as text (up to 64 KiB);
-    ``keys``: the top-level keys of its first JSON object — the object on its first line, the
-    whole document, or the first element of a top-level array; ``container``: which of those it
-    was (``line``, ``document``, ``array``), or None when the file starts with no JSON object."""
-
-    path: Path
-    first_line: str
-    keys: frozenset[str]
-    container: Literal["line", "document", "array"] | None
-    values: dict[str, Any]
-    """The first object's scalar (string, number, boolean) values, by key."""
-
-
-@dataclass(frozen=True, slots=True)
-class TraceFormat:
-    """A trace format: ``sniff`` says whether a probed file is one; ``load`` reads one file;
-    ``save`` writes a workload (absent where the format cannot hold one). ``per_session`` formats
-    hold one session a file, so a folder of them is one workload; ``suffixes`` are the file names
-    such a folder's files end with."""
-
-    name: str
-    summary: str
-    sniff: Callable[[Probe], bool]
-    load: Callable[[Path, LoadOptions], Workload]
-    save: Callable[[Workload, Path], None] | None = None
-    sharing: Sharing = "hashes"
-    """How its files let prefix sharing be known, unless a loaded file's meta says otherwise."""
-    per_session: bool = False
-    suffixes: tuple[str, ...] = ()
 
 
 _object_keys = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -149,38 +115,23 @@ def probe(path: Path) -> Probe:
     return Probe(path, text, frozenset(obj or ()), container, values)
 
 
-def _registry() -> tuple[TraceFormat, ...]:
-    from kvharness.workload import (
-        atif,
-        azure,
-        mini_swe_agent,
-        mooncake,
-        openai_log,
-        openhands,
-        otel,
-        recording,
-        swe_agent,
-    )
-    from kvharness.workload import format as wformat
-
-    return (
-        wformat.TRACE_FORMAT,
-        recording.TRACE_FORMAT,
-        mooncake.TRACE_FORMAT,
-        azure.TRACE_FORMAT,
-        otel.TRACE_FORMAT,
-        atif.TRACE_FORMAT,
-        openhands.TRACE_FORMAT,
-        mini_swe_agent.TRACE_FORMAT,
-        swe_agent.TRACE_FORMAT,
-        openai_log.TRACE_FORMAT,
-    )
+_FORMATS = (
+    wformat.TRACE_FORMAT,
+    recording.TRACE_FORMAT,
+    mooncake.TRACE_FORMAT,
+    azure.TRACE_FORMAT,
+    otel.TRACE_FORMAT,
+    atif.TRACE_FORMAT,
+    openhands.TRACE_FORMAT,
+    mini_swe_agent.TRACE_FORMAT,
+    swe_agent.TRACE_FORMAT,
+    openai_log.TRACE_FORMAT,
+)
 
 
-@functools.cache
 def formats() -> tuple[TraceFormat, ...]:
     """Every format, in the order :func:`detect` tries them."""
-    return _registry()
+    return _FORMATS
 
 
 def by_name(name: str) -> TraceFormat:

@@ -22,10 +22,10 @@ import msgspec
 from kvharness.errors import FormatError
 from kvharness.workload import reader
 from kvharness.workload.conversation import Call, MessageTokens, session_turns
-from kvharness.workload.formats import Probe, TraceFormat
 from kvharness.workload.model import Arrival, Message, Session, Workload
 from kvharness.workload.reader import Seconds, Tokens
 from kvharness.workload.tokenize import load_tokenizer
+from kvharness.workload.traceformat import Probe, TraceFormat
 
 __all__ = ["TRACE_FORMAT", "load_mini_swe_agent"]
 

@@ -48,9 +48,9 @@ from kvharness.files import replacing
 from kvharness.workload import reader
 from kvharness.workload.chain import BlockChain
 from kvharness.workload.export import BlockIds, nominal_calls
-from kvharness.workload.formats import LoadOptions, Probe, TraceFormat
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 from kvharness.workload.reader import BlockHash, Milliseconds, Tokens
+from kvharness.workload.traceformat import LoadOptions, Probe, TraceFormat
 
 __all__ = [
     "TRACE_FORMAT",

@@ -28,10 +28,10 @@ import msgspec
 from kvharness.errors import FormatError
 from kvharness.workload import reader
 from kvharness.workload.conversation import Call, MessageTokens, seconds, session_turns
-from kvharness.workload.formats import Probe, TraceFormat
 from kvharness.workload.model import Arrival, Message, Session, Workload
 from kvharness.workload.mooncake import infer_sessions
 from kvharness.workload.tokenize import load_tokenizer
+from kvharness.workload.traceformat import Probe, TraceFormat
 
 __all__ = ["TRACE_FORMAT", "load_openai_log"]
 

@@ -43,9 +43,9 @@ from kvharness.files import replacing
 from kvharness.workload import reader
 from kvharness.workload.conversation import Call, MessageTokens, seconds, session_turns
 from kvharness.workload.export import EPOCH, BlockIds, nominal_calls
-from kvharness.workload.formats import Probe, TraceFormat
 from kvharness.workload.model import Arrival, Message, Session, Workload
 from kvharness.workload.tokenize import load_tokenizer
+from kvharness.workload.traceformat import Probe, TraceFormat
 
 __all__ = ["TRACE_FORMAT", "load_otel", "save_otel"]
 

@@ -49,9 +49,9 @@ import msgspec
 from kvharness.errors import FormatError, UserError
 from kvharness.workload import reader
 from kvharness.workload.chain import BlockChain, common_prefix_len
-from kvharness.workload.formats import Probe, TraceFormat
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 from kvharness.workload.reader import BlockHash, BlockSize, Seconds, Tokens
+from kvharness.workload.traceformat import Probe, TraceFormat
 
 __all__ = [
     "FORMAT",

@@ -20,10 +20,10 @@ import msgspec
 from kvharness.errors import FormatError
 from kvharness.workload import reader
 from kvharness.workload.conversation import Call, MessageTokens, session_turns
-from kvharness.workload.formats import LoadOptions, Probe, TraceFormat
 from kvharness.workload.model import Arrival, Session, Workload
 from kvharness.workload.reader import Seconds
 from kvharness.workload.tokenize import Tokenizer, load_tokenizer
+from kvharness.workload.traceformat import LoadOptions, Probe, TraceFormat
 
 __all__ = ["TRACE_FORMAT", "load_swe_agent", "trajectory_session"]
 
