@@ -4,6 +4,7 @@ and read back unchanged."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -209,6 +210,7 @@ def workloads(draw: st.DrawFn) -> Workload:
     return Workload(tuple(sessions), block_size, "w", Arrival("trace"))
 
 
+_COUNT = itertools.count()
 ROUND_TRIP = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -220,10 +222,7 @@ ROUND_TRIP = settings(
 def test_every_written_format_reads_back_the_same_workload(
     tmp_path: Path, name: str, workload: Workload
 ) -> None:
-    out = tmp_path / f"out-{name}"
-    if out.exists():
-        for child in sorted(out.glob("*")) if out.is_dir() else []:
-            child.unlink()
+    out = tmp_path / f"out-{name}-{next(_COUNT)}"
     formats.save_as(workload, out, name)
     back = load_workload(str(out), block_size=workload.block_size)
     assert formats.detect(out).name == name
@@ -341,3 +340,49 @@ def test_aiperf_reads_a_converted_recording_request_for_request(tmp_path: Path) 
         assert [row[1] for row in turns[s.id][1:]] == pytest.approx(
             [t.gap * 1000 for t in s.turns[1:]], abs=1e-3
         )
+
+
+def test_a_log_without_session_ids_is_split_into_sessions_by_shared_prefix(tmp_path: Path) -> None:
+    system = {"role": "system", "content": "You are a coding agent. " * 80}
+    log = tmp_path / "proxy.jsonl"
+    lines = []
+    history = {
+        a: [system, {"role": "user", "content": f"task {a}: " + "fix the bug " * 60}] for a in "ab"
+    }
+    t = 100.0
+    for step in range(3):
+        for agent in "ab":
+            lines.append(
+                {
+                    "startTime": t,
+                    "endTime": t + 1.0,
+                    "model": "m",
+                    "messages": list(history[agent]),
+                    "response": {"usage": {"prompt_tokens": 10, "completion_tokens": 7}},
+                }
+            )
+            history[agent] += [
+                {"role": "assistant", "content": f"step {step}"},
+                {"role": "tool", "content": "output " * 50},
+            ]
+            t += 2.0
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    w = load_workload(str(log))
+    assert workload_stats(w).format == "openai-log"
+    assert sorted(len(s.turns) for s in w.sessions) == [3, 3]
+    for s in w.sessions:
+        assert [t.output_tokens for t in s.turns] == [7, 7, 7]
+        # each call starts 4 s after its session's previous one, which took 1 s
+        assert [t.gap for t in s.turns] == pytest.approx([0.0, 3.0, 3.0])
+        assert s.turns[0].messages is not None and s.turns[1].messages is not None
+        assert len(s.turns[1].messages) == 2  # the previous reply and the tool's output
+    assert workload_stats(w).ideal_hit_ratio_tokens > 0.5
+
+
+def test_atif_is_written_only_into_a_new_or_empty_folder(tmp_path: Path) -> None:
+    w = generate(SyntheticConfig(sessions=2, seed=1, steps_median=2.0, repo_tokens_median=500.0))
+    out = tmp_path / "atif"
+    assert main(["workload", "convert", _spec(w, tmp_path), str(out), "--to", "atif"]) == 0
+    assert len(list(out.iterdir())) == 2
+    with pytest.raises(UserError, match="new folder"):
+        formats.save_as(w, out, "atif")

@@ -14,7 +14,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from kvharness.cli._args import block_size, output_file
+from kvharness.cli._args import block_size, output_dir, output_file
 from kvharness.workload import formats
 from kvharness.workload.load import load_workload
 from kvharness.workload.model import Workload
@@ -99,7 +99,9 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_source_options(convert)
-    convert.add_argument("output", help="path of the file to write")
+    convert.add_argument(
+        "output", help="path of the file to write (of a new or empty folder for --to atif)"
+    )
     convert.add_argument(
         "--to",
         default="kvharness",
@@ -124,7 +126,10 @@ def _load(args: argparse.Namespace) -> Workload:
 
 
 def _run_convert(args: argparse.Namespace) -> int:
-    output_file(args.output, "OUTPUT")
+    if formats.by_name(args.to).per_session:
+        output_dir(args.output, "OUTPUT")
+    else:
+        output_file(args.output, "OUTPUT")
     workload = _load(args)
     formats.save_as(workload, Path(args.output), args.to)
     print(

@@ -29,7 +29,7 @@ from typing import Annotated, Any
 import msgspec
 
 from kvharness import __version__
-from kvharness.errors import FormatError
+from kvharness.errors import FormatError, UserError
 from kvharness.files import replacing
 from kvharness.workload import reader
 from kvharness.workload.chain import ChainBuilder
@@ -240,12 +240,14 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def save_atif(workload: Workload, path: str | Path) -> None:
-    """Write ``workload`` as a folder of ATIF trajectories, one ``<session>.json`` per session
+    """Write ``workload`` as a new folder of ATIF trajectories, one ``<session>.json`` per session
     (see module docstring); file names keep the session id's safe characters and are numbered
-    so that no two collide."""
+    so that no two collide. A folder that holds files already is refused: what it held would be
+    read back with the workload."""
     out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise FormatError(str(out), None, "ATIF is written as a folder; this is a file")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out}: ATIF is written as a new folder, one file a session; give a path "
+                        "that does not exist or an empty folder")  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     ids = BlockIds()
     encoder = msgspec.json.Encoder()
