@@ -275,7 +275,7 @@ def damaged_samples(draw: st.DrawFn, sample: str) -> bytes:
 
 @pytest.mark.parametrize("name", sorted(FIELD_FORMATS))
 @settings(
-    max_examples=60,
+    max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -286,3 +286,39 @@ def test_near_valid_samples_of_the_fields_formats(
     raw = data.draw(damaged_samples(FIELD_FORMATS[name][1]))
     _check(name, folder, raw)
     _check("detected", folder, raw)
+
+
+_AWKWARD = [None, [1], {"a": [1]}, "x", -1, 2**70, 1.5, True, []]
+
+
+def _field_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value[:4])
+        if isinstance(value, list)
+        else ()
+    )
+    for key, child in items:
+        out.append((*path, key))
+        out.extend(_field_paths(child, (*path, key)))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(set(FIELD_FORMATS) - {"azure"}))
+def test_every_field_of_each_sample_replaced_by_an_awkward_value(folder: Path, name: str) -> None:
+    """Exhaustive where the strategies sample: each field of the sample (the first four items of
+    each list) in turn holds each awkward value; the loader and detection give a workload or one
+    FormatError line."""
+    doc = json.loads((SAMPLES / FIELD_FORMATS[name][1]).read_text())
+    for path in _field_paths(doc):
+        for value in _AWKWARD:
+            changed = json.loads(json.dumps(doc))
+            node = changed
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value
+            raw = json.dumps(changed).encode()
+            _check(name, folder, raw)
+            _check("detected", folder, raw)

@@ -58,8 +58,9 @@ def _response(event: _Event) -> Mapping[str, Any]:
 
 
 def _reply(response: Mapping[str, Any]) -> Message:
-    choices = response.get("choices") or [{}]
-    message = choices[0].get("message") if isinstance(choices[0], Mapping) else None
+    choices = response.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, Mapping) else None
     out: dict[str, Any] = {"role": "assistant", "content": ""}
     if isinstance(message, Mapping):
         out["content"] = message.get("content") or ""

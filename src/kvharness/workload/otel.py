@@ -207,7 +207,7 @@ def _flat_spans(path: Path, data: bytes) -> Iterator[_Found]:
 
 
 def _kind(attrs: Mapping[str, Any]) -> str | None:
-    op = attrs.get("gen_ai.operation.name")
+    op = str(attrs.get("gen_ai.operation.name"))  # any JSON value in a flat span dump
     kind = attrs.get("openinference.span.kind")
     if op in _LLM_OPERATIONS or kind == "LLM":
         return "llm"
@@ -282,12 +282,16 @@ def load_otel(path: str | Path, tokenizer: str | None = None) -> Workload:
     if not llm:
         raise FormatError(where, None, "no model-call spans (gen_ai.operation.name chat, or LLM)")
     tokens = MessageTokens(load_tokenizer(tokenizer))
-    sizes = {
-        s.attrs["kvharness.block_size"]
-        for spans in llm.values()
-        for s in spans
-        if isinstance(s.attrs.get("kvharness.block_size"), int)
-    }
+    sizes: set[int] = set()
+    for spans in llm.values():
+        for span in spans:
+            size = span.attrs.get("kvharness.block_size")
+            if size is None:
+                continue
+            if type(size) is not int or not 1 <= size <= reader.MAX_BLOCK_SIZE:
+                message = f"kvharness.block_size must be 1..{reader.MAX_BLOCK_SIZE}, got {size!r}"
+                raise FormatError(where, span.locate(), message)
+            sizes.add(size)
     if len(sizes) > 1:
         raise FormatError(where, None, f"spans at different kvharness.block_size {sorted(sizes)}")
     hashed = any(
