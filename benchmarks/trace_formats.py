@@ -5,8 +5,8 @@ each written format read back, and a converted recording read by AIPerf.
 
 Prints, for each sample in tests/workload/samples: the format detected, requests, sessions, how
 sharing is known, the ideal hit ratio and the load time (best of 3); then, per format, the
-one-line error for a malformed record, a deep nesting, a 65 MiB line, a byte-order mark and a
-wrong type; then each written format's round trip over a synthetic workload and the recording;
+one-line error for a malformed record, a deep nesting, a 65 MiB line (a 257 MiB document for
+the one-document formats), a byte-order mark and a wrong type; then each written format's round trip over a synthetic workload and the recording;
 then AIPerf's count of the recording converted to Mooncake rows (needs `make aiperf`).
 """
 
@@ -45,7 +45,7 @@ RECORDS = {
 }  # fmt: skip
 
 
-def _hostile(text: str) -> dict[str, bytes]:
+def _hostile(text: str, document: bool) -> dict[str, bytes]:
     data = text.encode()
     deep = b"[" * 100_000 + b"]" * 100_000
     if text.startswith("TIMESTAMP"):
@@ -59,7 +59,8 @@ def _hostile(text: str) -> dict[str, bytes]:
     return {
         "malformed": data + data[: len(data) // 2] + b"\n",
         "deep nesting": nested.encode(),
-        "65 MiB line": data.rstrip(b"\n") + b" " * (65 << 20) + b"\n",
+        # JSON Lines and CSV bound a line at 64 MiB, one-document formats a file at 256 MiB
+        "huge": data.rstrip(b"\n") + b" " * ((257 if document else 65) << 20) + b"\n",
         "BOM": b"\xef\xbb\xbf" + data,
         "wrong types": wrong.encode(),
     }
@@ -99,7 +100,9 @@ def hostile(folder: Path) -> None:
     print("\nformat | input | error")
     for name, (filename, text) in RECORDS.items():
         path = folder / filename
-        for what, data in _hostile(text).items():
+        document = filename.endswith(".json")
+        for what, data in _hostile(text, document).items():
+            what = ("257 MiB document" if document else "65 MiB line") if what == "huge" else what
             path.write_bytes(data)
             for fmt in (name, None):
                 try:
