@@ -386,3 +386,17 @@ def test_atif_is_written_only_into_a_new_or_empty_folder(tmp_path: Path) -> None
     assert len(list(out.iterdir())) == 2
     with pytest.raises(UserError, match="new folder"):
         formats.save_as(w, out, "atif")
+
+
+def test_trajectories_without_content_share_nothing_across_files(tmp_path: Path) -> None:
+    step = {
+        "source": "agent",
+        "message": "",
+        "metrics": {"prompt_tokens": 300, "completion_tokens": 5},
+    }
+    for name in ("a", "b"):
+        doc = {"schema_version": "ATIF-v1.5", "session_id": name, "steps": [step, step]}
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    w = load_workload(str(tmp_path))
+    assert [len(s.turns) for s in w.sessions] == [2, 2]
+    assert workload_stats(w).ideal_hit_ratio_tokens == 0.0

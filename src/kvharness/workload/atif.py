@@ -8,8 +8,8 @@ v1.4+). Every agent step with ``metrics`` is one model call, except steps marked
 ``is_copied_context`` (context carried over after a summary). Its prompt is, in order of
 exactness: the step's ``extra.kvharness.hash_ids`` (files kvharness wrote: sharing as it was),
 its ``prompt_token_ids``, or the conversation rebuilt from the steps before it (system and user
-messages, agent messages with their tool calls, observations as tool messages); with none of
-them, ``prompt_tokens`` tokens shared with nothing. Gaps: ``extra.kvharness.gap`` where
+messages, agent messages with their tool calls, observations as tool messages) where those
+steps hold what the agent was told (a system or user message); with none of them, ``prompt_tokens`` tokens shared with nothing. Gaps: ``extra.kvharness.gap`` where
 kvharness wrote it, else the interval between step timestamps (ATIF records no durations, and
 what a timestamp marks depends on the agent that wrote it).
 
@@ -33,7 +33,13 @@ from kvharness.errors import FormatError, UserError
 from kvharness.files import replacing
 from kvharness.workload import reader
 from kvharness.workload.chain import ChainBuilder
-from kvharness.workload.conversation import Call, MessageTokens, seconds, session_turns
+from kvharness.workload.conversation import (
+    Call,
+    MessageTokens,
+    name_seed,
+    seconds,
+    session_turns,
+)
 from kvharness.workload.export import EPOCH, BlockIds, nominal_calls
 from kvharness.workload.model import Arrival, Message, Session, Turn, Workload
 from kvharness.workload.reader import BlockHash, BlockSize, Seconds, Tokens
@@ -143,7 +149,9 @@ def _call(
         builder = ChainBuilder(block_size)
         builder.extend_tokens(m.prompt_token_ids)
         hashes, prompt = builder.chain().hashes, len(m.prompt_token_ids)
-    messages = list(before) if hashes is None and before else None
+    # the conversation stands for the prompt only where the steps hold what the agent was told
+    told = any(m["role"] != "assistant" for m in before)
+    messages = list(before) if hashes is None and told else None
     return Call(messages, prompt, m.completion_tokens, start=start, tool=tool, tool_seconds=gap,
                 hashes=hashes)  # fmt: skip
 
@@ -184,7 +192,7 @@ def load_atif(path: str | Path, tokenizer: str | None = None) -> Workload:
     tokens = MessageTokens(load_tokenizer(tokenizer))
     name = doc.session_id or path.stem
     try:
-        turns = session_turns(calls, tokens, block_size)
+        turns = session_turns(calls, tokens, block_size, name_seed(f"{name}\0{path.name}"))
     except ValueError as err:
         raise FormatError(where, None, str(err)) from None
     first = next((c.start for c in calls if c.start is not None), None)

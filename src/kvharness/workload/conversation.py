@@ -20,6 +20,7 @@ spans, OpenAI request logs) each read their own file into :class:`Call` records 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from kvharness.workload.chain import BlockChain, ChainBuilder
 from kvharness.workload.model import Message, Turn
 from kvharness.workload.tokenize import Tokenizer, content_text, message_tokens
 
-__all__ = ["Call", "MessageTokens", "seconds", "session_turns", "unique_chain"]
+__all__ = ["Call", "MessageTokens", "name_seed", "seconds", "session_turns", "unique_chain"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +100,19 @@ def _extends(prompt: Sequence[Message], prev: Sequence[Message]) -> bool:
     )
 
 
+def name_seed(name: str) -> int:
+    """A seed for :func:`session_turns` that is the same for the same session name only: what
+    per-session files (loaded one by one) give, so their content-free prompts never coincide."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+
+
 def session_turns(
     calls: Sequence[Call], tokens: MessageTokens, block_size: int, seed: int = 0
 ) -> tuple[Turn, ...]:
     """The turns of one session's ``calls`` (in order) by the rules of the module docstring.
 
-    ``seed`` names the session's content-free prompts (distinct sessions need distinct seeds).
+    ``seed`` names the session's content-free prompts (distinct sessions of one workload need
+    distinct seeds: :func:`name_seed` where sessions are read apart).
     O(tokens appended over the session), each distinct message tokenised once.
     """
     turns: list[Turn] = []
