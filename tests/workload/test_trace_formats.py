@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from kvharness.cli import main
 from kvharness.errors import FormatError, UserError
-from kvharness.workload import formats
+from kvharness.workload import conversation, formats
 from kvharness.workload.chain import ChainBuilder
 from kvharness.workload.load import load_workload
 from kvharness.workload.model import Arrival, Session, Turn, Workload
@@ -400,3 +400,19 @@ def test_trajectories_without_content_share_nothing_across_files(tmp_path: Path)
     w = load_workload(str(tmp_path))
     assert [len(s.turns) for s in w.sessions] == [2, 2]
     assert workload_stats(w).ideal_hit_ratio_tokens == 0.0
+
+
+def test_a_folder_of_trajectories_loads_the_tokenizer_once(
+    traces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loads: list[object] = []
+    real = conversation.load_tokenizer
+
+    def counted(path: object = None) -> object:
+        loads.append(path)
+        return real(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(conversation, "load_tokenizer", counted)
+    w = load_workload(str(traces / "swe-agent"))
+    assert len(w.sessions) == 22
+    assert loads == [None]

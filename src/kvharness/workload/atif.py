@@ -36,14 +36,14 @@ from kvharness.workload.chain import ChainBuilder
 from kvharness.workload.conversation import (
     Call,
     MessageTokens,
+    as_message_tokens,
     name_seed,
     seconds,
     session_turns,
 )
-from kvharness.workload.export import EPOCH, BlockIds, nominal_calls
+from kvharness.workload.export import EPOCH, BlockIds, NominalCall, nominal_calls
 from kvharness.workload.model import Arrival, Message, Session, Turn, Workload
 from kvharness.workload.reader import BlockHash, BlockSize, Seconds, Tokens
-from kvharness.workload.tokenize import load_tokenizer
 from kvharness.workload.traceformat import Probe, TraceFormat
 
 __all__ = ["SCHEMA_VERSION", "TRACE_FORMAT", "load_atif", "save_atif"]
@@ -156,7 +156,7 @@ def _call(
                 hashes=hashes)  # fmt: skip
 
 
-def load_atif(path: str | Path, tokenizer: str | None = None) -> Workload:
+def load_atif(path: str | Path, tokenizer: str | Path | MessageTokens | None = None) -> Workload:
     """One ATIF trajectory as a one-session workload; faults name the file and line."""
     where = str(path)
     path = Path(path)
@@ -189,7 +189,7 @@ def load_atif(path: str | Path, tokenizer: str | None = None) -> Workload:
         messages.extend(_step_messages(step))
     if not calls:
         raise FormatError(where, reader.line_of(data, ["steps"]), "no agent step with metrics")
-    tokens = MessageTokens(load_tokenizer(tokenizer))
+    tokens = as_message_tokens(tokenizer)
     name = doc.session_id or path.stem
     try:
         turns = session_turns(calls, tokens, block_size, name_seed(f"{name}\0{path.name}"))
@@ -206,7 +206,7 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(EPOCH + t, UTC).isoformat()
 
 
-def _trajectory(calls: list[Any], ids: BlockIds, block_size: int) -> dict[str, Any]:
+def _trajectory(calls: list[NominalCall], ids: BlockIds, block_size: int) -> dict[str, Any]:
     session = calls[0].session
     steps: list[dict[str, Any]] = []
     turns: list[Turn] = [c.turn for c in calls]
@@ -277,7 +277,7 @@ TRACE_FORMAT = TraceFormat(
     "atif",
     "Harbor ATIF trajectories (Terminal-Bench, SkyRL): a file or a folder of them, one session each",
     _sniff,
-    lambda path, options: load_atif(path, options.tokenizer),
+    lambda path, options: load_atif(path, options.message_tokens()),
     save_atif,
     sharing="content",
     per_session=True,

@@ -25,15 +25,24 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import msgspec
 
 from kvharness.workload import reader
 from kvharness.workload.chain import BlockChain, ChainBuilder
 from kvharness.workload.model import Message, Turn
-from kvharness.workload.tokenize import Tokenizer, content_text, message_tokens
+from kvharness.workload.tokenize import Tokenizer, content_text, load_tokenizer, message_tokens
 
-__all__ = ["Call", "MessageTokens", "name_seed", "seconds", "session_turns", "unique_chain"]
+__all__ = [
+    "Call",
+    "MessageTokens",
+    "as_message_tokens",
+    "name_seed",
+    "seconds",
+    "session_turns",
+    "unique_chain",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,16 @@ class Call:
 
 _encoder = msgspec.json.Encoder(order="sorted")
 _FRACTION = re.compile(r"(\.\d{1,6})\d*")
+
+
+def as_message_tokens(tokenizer: str | Path | Tokenizer | MessageTokens | None) -> MessageTokens:
+    """``tokenizer`` (a path, a tokenizer, or None for the built-in approximation) as
+    :class:`MessageTokens`; one given already is returned as it is, its cache shared."""
+    if isinstance(tokenizer, MessageTokens):
+        return tokenizer
+    if tokenizer is None or isinstance(tokenizer, str | Path):
+        return MessageTokens(load_tokenizer(tokenizer))
+    return MessageTokens(tokenizer)
 
 
 class MessageTokens:

@@ -217,10 +217,7 @@ def load_path(path: Path, fmt: str | None = None, options: LoadOptions | None = 
     """Load the file or folder at ``path`` in format ``fmt`` (None: detected)."""
     options = options or LoadOptions()
     if fmt is None:
-        chosen = detect(path) if not path.is_dir() else None
-        files = [path]
-        if chosen is None:
-            chosen, files = _folder_format(path, formats())
+        chosen, files = _folder_format(path, formats()) if path.is_dir() else (detect(path), [path])
     else:
         chosen = by_name(fmt)
         files = [path]

@@ -21,10 +21,9 @@ import msgspec
 
 from kvharness.errors import FormatError
 from kvharness.workload import reader
-from kvharness.workload.conversation import Call, MessageTokens, session_turns
+from kvharness.workload.conversation import Call, MessageTokens, as_message_tokens, session_turns
 from kvharness.workload.model import Arrival, Message, Session, Workload
 from kvharness.workload.reader import Seconds, Tokens
-from kvharness.workload.tokenize import load_tokenizer
 from kvharness.workload.traceformat import Probe, TraceFormat
 
 __all__ = ["TRACE_FORMAT", "load_mini_swe_agent"]
@@ -73,7 +72,9 @@ def _sent(raw: dict[str, Any]) -> Message:
     return {k: v for k, v in raw.items() if k != "extra"}
 
 
-def load_mini_swe_agent(path: str | Path, tokenizer: str | None = None) -> Workload:
+def load_mini_swe_agent(
+    path: str | Path, tokenizer: str | Path | MessageTokens | None = None
+) -> Workload:
     """One ``.traj.json`` file as a one-session workload; faults name the file and line."""
     where = str(path)
     path = Path(path)
@@ -109,7 +110,7 @@ def load_mini_swe_agent(path: str | Path, tokenizer: str | None = None) -> Workl
         prev_done = done
     if not calls:
         raise FormatError(where, reader.line_of(data, ["messages"]), "no assistant message")
-    tokens = MessageTokens(load_tokenizer(tokenizer))
+    tokens = as_message_tokens(tokenizer)
     name = path.name.removesuffix(".json").removesuffix(".traj")
     session = Session(name, session_turns(calls, tokens, _BLOCK_SIZE))
     meta = {"source": "mini-swe-agent", "path": where, "tokenizer": tokens.tokenizer.name}
@@ -128,7 +129,7 @@ TRACE_FORMAT = TraceFormat(
     "mini-swe-agent",
     "mini-swe-agent trajectories (.traj.json): a file or a folder of them, one session each",
     _sniff,
-    lambda path, options: load_mini_swe_agent(path, options.tokenizer),
+    lambda path, options: load_mini_swe_agent(path, options.message_tokens()),
     sharing="content",
     per_session=True,
     suffixes=(".json",),

@@ -27,10 +27,15 @@ import msgspec
 
 from kvharness.errors import FormatError
 from kvharness.workload import reader
-from kvharness.workload.conversation import Call, MessageTokens, seconds, session_turns
+from kvharness.workload.conversation import (
+    Call,
+    MessageTokens,
+    as_message_tokens,
+    seconds,
+    session_turns,
+)
 from kvharness.workload.model import Arrival, Message, Session, Workload
 from kvharness.workload.mooncake import infer_sessions
-from kvharness.workload.tokenize import load_tokenizer
 from kvharness.workload.traceformat import Probe, TraceFormat
 
 __all__ = ["TRACE_FORMAT", "load_openai_log"]
@@ -135,7 +140,9 @@ def _request(lineno: int, record: dict[str, Any]) -> _Request:
     return _Request(lineno, None if session is None else str(session), call)
 
 
-def load_openai_log(path: str | Path, tokenizer: str | None = None) -> Workload:
+def load_openai_log(
+    path: str | Path, tokenizer: str | Path | MessageTokens | None = None
+) -> Workload:
     """Read a log of OpenAI requests (see module docstring); faults name the file and line."""
     where = str(path)
     path = Path(path)
@@ -148,7 +155,7 @@ def load_openai_log(path: str | Path, tokenizer: str | None = None) -> Workload:
     if not requests:
         raise FormatError(where, None, "no requests")
     requests.sort(key=lambda r: (r.call.start or 0.0, r.line))
-    tokens = MessageTokens(load_tokenizer(tokenizer))
+    tokens = as_message_tokens(tokenizer)
     groups: dict[str, list[_Request]] = {}
     if any(r.session is not None for r in requests):
         for r in requests:
@@ -178,6 +185,6 @@ TRACE_FORMAT = TraceFormat(
     "OpenAI request logs as proxies keep them (LiteLLM and the like): JSONL of request bodies "
     "with times",
     _sniff,
-    lambda path, options: load_openai_log(path, options.tokenizer),
+    lambda path, options: load_openai_log(path, options.message_tokens()),
     sharing="content",
 )

@@ -25,9 +25,14 @@ import msgspec
 
 from kvharness.errors import FormatError
 from kvharness.workload import reader
-from kvharness.workload.conversation import Call, MessageTokens, seconds, session_turns
+from kvharness.workload.conversation import (
+    Call,
+    MessageTokens,
+    as_message_tokens,
+    seconds,
+    session_turns,
+)
 from kvharness.workload.model import Arrival, Message, Session, Workload
-from kvharness.workload.tokenize import load_tokenizer
 from kvharness.workload.traceformat import Probe, TraceFormat
 
 __all__ = ["TRACE_FORMAT", "load_openhands"]
@@ -75,7 +80,9 @@ def _output(response: Mapping[str, Any]) -> int | None:
     return value if isinstance(value, int) and 0 <= value <= reader.MAX_TOKENS else None
 
 
-def load_openhands(path: str | Path, tokenizer: str | None = None) -> Workload:
+def load_openhands(
+    path: str | Path, tokenizer: str | Path | MessageTokens | None = None
+) -> Workload:
     """One OpenHands trajectory as a one-session workload; faults name the file and line."""
     where = str(path)
     path = Path(path)
@@ -124,7 +131,7 @@ def load_openhands(path: str | Path, tokenizer: str | None = None) -> Workload:
                 tool_time = ran if tool_time is None else max(tool_time, ran)
     if not calls:
         raise FormatError(where, None, "no model calls: no agent action came from a model response")
-    tokens = MessageTokens(load_tokenizer(tokenizer))
+    tokens = as_message_tokens(tokenizer)
     session = Session(path.stem, session_turns(calls, tokens, _BLOCK_SIZE))
     meta = {"source": "openhands", "path": where, "tokenizer": tokens.tokenizer.name}
     return Workload((session,), _BLOCK_SIZE, path.stem, Arrival("trace"), meta)
@@ -140,7 +147,7 @@ TRACE_FORMAT = TraceFormat(
     "openhands",
     "OpenHands trajectories (a JSON list of events): a file or a folder of them, one session each",
     _sniff,
-    lambda path, options: load_openhands(path, options.tokenizer),
+    lambda path, options: load_openhands(path, options.message_tokens()),
     sharing="content",
     per_session=True,
     suffixes=(".json",),

@@ -41,10 +41,15 @@ import msgspec
 from kvharness.errors import FormatError
 from kvharness.files import replacing
 from kvharness.workload import reader
-from kvharness.workload.conversation import Call, MessageTokens, seconds, session_turns
+from kvharness.workload.conversation import (
+    Call,
+    MessageTokens,
+    as_message_tokens,
+    seconds,
+    session_turns,
+)
 from kvharness.workload.export import EPOCH, BlockIds, nominal_calls
 from kvharness.workload.model import Arrival, Message, Session, Workload
-from kvharness.workload.tokenize import load_tokenizer
 from kvharness.workload.traceformat import Probe, TraceFormat
 
 __all__ = ["TRACE_FORMAT", "load_otel", "save_otel"]
@@ -263,7 +268,7 @@ def _tokens(attrs: Mapping[str, Any], *keys: str) -> int | None:
     return None
 
 
-def load_otel(path: str | Path, tokenizer: str | None = None) -> Workload:
+def load_otel(path: str | Path, tokenizer: str | Path | MessageTokens | None = None) -> Workload:
     """Read GenAI spans (see module docstring); faults name the file and the span's line."""
     where = str(path)
     path = Path(path)
@@ -281,7 +286,7 @@ def load_otel(path: str | Path, tokenizer: str | None = None) -> Workload:
         (llm if kind == "llm" else tools).setdefault(key, []).append(span)
     if not llm:
         raise FormatError(where, None, "no model-call spans (gen_ai.operation.name chat, or LLM)")
-    tokens = MessageTokens(load_tokenizer(tokenizer))
+    tokens = as_message_tokens(tokenizer)
     sizes: set[int] = set()
     for spans in llm.values():
         for span in spans:
@@ -422,7 +427,7 @@ TRACE_FORMAT = TraceFormat(
     "otel",
     "OpenTelemetry GenAI / OpenInference spans, OTLP JSON: model calls and tool runs",
     _sniff,
-    lambda path, options: load_otel(path, options.tokenizer),
+    lambda path, options: load_otel(path, options.message_tokens()),
     save_otel,
     sharing="none",
 )

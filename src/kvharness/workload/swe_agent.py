@@ -19,10 +19,10 @@ import msgspec
 
 from kvharness.errors import FormatError
 from kvharness.workload import reader
-from kvharness.workload.conversation import Call, MessageTokens, session_turns
+from kvharness.workload.conversation import Call, MessageTokens, as_message_tokens, session_turns
 from kvharness.workload.model import Arrival, Session, Workload
 from kvharness.workload.reader import Seconds
-from kvharness.workload.tokenize import Tokenizer, load_tokenizer
+from kvharness.workload.tokenize import Tokenizer
 from kvharness.workload.traceformat import LoadOptions, Probe, TraceFormat
 
 __all__ = ["TRACE_FORMAT", "load_swe_agent", "trajectory_session"]
@@ -112,20 +112,17 @@ def _files(paths: Iterable[Path]) -> list[Path]:
 
 
 def load_swe_agent(
-    path: str | Path, tokenizer: str | Path | Tokenizer | None = None, block_size: int = 128
+    path: str | Path,
+    tokenizer: str | Path | Tokenizer | MessageTokens | None = None,
+    block_size: int = 128,
 ) -> Workload:
     """Load one ``.traj`` file or a folder of them (each a session, starting together)."""
-    tok = (
-        load_tokenizer(tokenizer)
-        if tokenizer is None or isinstance(tokenizer, str | Path)
-        else tokenizer
-    )
     files = _files([Path(path)])
     if not files:
         raise FormatError(str(path), None, "no .traj files found")
-    tokens = MessageTokens(tok)
+    tokens = as_message_tokens(tokenizer)
     sessions = tuple(trajectory_session(f, tokens, block_size) for f in files)
-    meta = {"source": "swe-agent", "path": str(path), "tokenizer": tok.name}
+    meta = {"source": "swe-agent", "path": str(path), "tokenizer": tokens.tokenizer.name}
     return Workload(sessions, block_size, Path(path).stem, Arrival("trace"), meta)
 
 
@@ -134,7 +131,7 @@ def _sniff(p: Probe) -> bool:
 
 
 def _load(path: Path, options: LoadOptions) -> Workload:
-    return load_swe_agent(path, options.tokenizer)
+    return load_swe_agent(path, options.message_tokens())
 
 
 TRACE_FORMAT = TraceFormat(

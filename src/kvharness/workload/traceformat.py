@@ -7,10 +7,11 @@ holds the registry of them and the detection.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from kvharness.workload.conversation import MessageTokens, as_message_tokens
 from kvharness.workload.model import Workload
 
 __all__ = ["LoadOptions", "Probe", "Sharing", "TraceFormat"]
@@ -26,6 +27,14 @@ class LoadOptions:
 
     block_size: int | None = None
     tokenizer: str | None = None
+    _tokens: list[MessageTokens] = field(default_factory=list, repr=False, compare=False)
+
+    def message_tokens(self) -> MessageTokens:
+        """The tokenizer, loaded on first use and then shared by every file one load reads: a
+        folder of trajectories loads it once and tokenises a message they all repeat once."""
+        if not self._tokens:
+            self._tokens.append(as_message_tokens(self.tokenizer))
+        return self._tokens[0]
 
 
 @dataclass(frozen=True, slots=True)
