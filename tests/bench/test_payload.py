@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import pytest
+
 from kvharness.bench.payload import CHAT, COMPLETIONS, PayloadBuilder, encode_messages
 from kvharness.workload.chain import ChainBuilder, materialise
 from kvharness.workload.model import Session, Turn, Workload
@@ -44,3 +46,24 @@ def test_chat_body_accumulates_the_sessions_messages() -> None:
     assert [m["content"] for m in req["messages"]] == [
         "step 0", "answer 0", "step 1", "answer 1", "step 2",
     ]  # fmt: skip
+
+
+def test_api_chat_sends_a_hash_only_turn_as_one_user_message_of_its_text(
+    agent_workload: Callable[..., Workload],
+) -> None:
+    w = agent_workload(sessions=1, turns=2, repo_tokens=300)
+    words = ["alpha", "beta", 'quo"te', "delta"]
+    text = PayloadBuilder("m", 1000, words=words)
+    chat = PayloadBuilder("m", 1000, words=words, chat=True)
+    s = w.sessions[0]
+    for i in range(len(s.turns)):
+        path, body = chat.request(s, i, [])
+        req = json.loads(body)
+        assert path == CHAT and "prompt" not in req
+        # The user message is exactly the text a text completion of the same turn sends.
+        assert req["messages"] == [
+            {"role": "user", "content": json.loads(text.request(s, i, [])[1])["prompt"]}
+        ]
+        assert req["max_tokens"] == s.turns[i].output_tokens and req["stream"] is True
+    with pytest.raises(ValueError, match="need words"):
+        PayloadBuilder("m", 1000, chat=True)

@@ -8,6 +8,7 @@ import re
 import pytest
 from rich.console import Console
 
+from kvharness.bench import scrape
 from kvharness.bench.summary import client_figures, render_result, render_side_by_side
 from kvharness.report.metrics import summarise
 from kvharness.report.records import TurnRecord
@@ -60,3 +61,20 @@ def test_side_by_side_states_the_difference() -> None:
     text = con.export_text()
     assert "isolated vs session: mean TTFT 300.0 ms vs 100.0 ms (+200.0 ms)" in text
     assert "cached ratio 25.0% vs 50.0%" in text
+
+
+def test_the_engines_own_means_referee_the_client() -> None:
+    deltas = {
+        "http://a": {"vllm:time_to_first_token_seconds": 3.0,
+                     "vllm:time_to_first_token_seconds_count": 4.0,
+                     "vllm:e2e_request_latency_seconds": 8.0,
+                     "vllm:e2e_request_latency_seconds_count": 4.0},
+        "http://b": {"vllm:time_to_first_token_seconds": 1.0,
+                     "vllm:time_to_first_token_seconds_count": 4.0,
+                     "vllm:request_time_per_output_token_seconds_count": 0.0},
+    }  # fmt: skip
+    # TTFT over both engines: (3 + 1) s / 8 requests; end-to-end only from a; no TPOT seen.
+    assert scrape.means(deltas) == {
+        "vllm:time_to_first_token_seconds": 0.5,
+        "vllm:e2e_request_latency_seconds": 2.0,
+    }

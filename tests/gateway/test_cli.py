@@ -198,6 +198,6 @@ def test_help_gives_each_fields_help_and_default(
         if o.cli:
             assert " ".join(o.help.split()) in text, f.name
     for shown in ("(default: 8080)", "(default: 64 MiB)", "(default: 256 MiB)",
-                  "(default: from /metrics, else 16)", "(default: x-session-id)",
+                  "(default: from /metrics, else 16)", "(default: those five)",
                   "(default: 600)", "(default: on)"):  # fmt: skip
         assert shown in text, shown

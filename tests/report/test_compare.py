@@ -101,7 +101,7 @@ def test_fmt_value() -> None:
 def test_render_summary_shows_the_figures(records: list[TurnRecord]) -> None:
     out = _text(render_summary(summarise(records, deadline=10.0, label="run-a")))
     assert "run: run-a" in out
-    assert "1.05 s" in out  # TTFT mean
+    assert "1,050.0" in out  # TTFT mean, in ms
     assert "8.750" in out  # breakdown total = makespan mean
     assert "300.0/h" in out  # goodput with the 10 s deadline
     assert "38.9%" in out and "44.4%" in out and "87.5%" in out  # 350/900, 400/900, 350/400
@@ -124,10 +124,11 @@ def test_render_comparison_columns_and_rows(records: list[TurnRecord]) -> None:
     assert "compared against 'new'" in rows
     lines = rows.splitlines()
     at = next(i for i, x in enumerate(lines) if x.startswith("│ base"))
-    # The TTFT p50 column (the third metric) holds 1.00 s over "↑33.3% worse" (1.0 vs 0.75).
-    col = lines[at].split("│")[4]
+    # The TTFT p50 column (the fifth metric) holds 1.00 s over "↑33.3% worse" (1.0 vs 0.75).
+    col = lines[at].split("│")[6]
     assert col.strip() == "1.00 s"
-    assert lines[at + 1].split("│")[4].strip() == "↑33.3% worse"
+    below = " ".join(lines[at + k].split("│")[6].strip() for k in (1, 2))
+    assert below.strip() == "↑33.3% worse"
     assert "= same" in lines[at + 1]
 
 
@@ -140,3 +141,22 @@ def test_compare_and_table_flag_runs_that_are_not_closed_loop(rec: Rec) -> None:
     assert w.startswith("isolated: 1 turns went out before their session's previous turn ended")
     assert "not closed-loop" in _text(render_summary(b))
     assert "not closed-loop" not in _text(render_summary(a))
+
+
+def test_a_run_of_requests_shows_no_session_figures(rec: Rec) -> None:
+    reqs = [
+        rec(f"r{i}", 0, sent=0.1 * i, first_token=0.1 * i + 0.05, done=0.1 * i + 0.5,
+            prompt_tokens=1000, output_tokens=32)
+        for i in range(4)
+    ]  # fmt: skip
+    s = summarise(reqs, label="isolated")
+    out = _text(render_summary(s))
+    assert "request throughput (req/s)" in out and "output token throughput" in out
+    assert "goodput" not in out and "makespan" not in out and "Where a completed" not in out
+    assert "Cache (a run of requests, not sessions)" in out
+    # 4 requests of 32 output tokens over 0.8 s (first send 0.0, last end 0.8): 160 tok/s.
+    assert "160.00" in out and "5.00" in out
+    by_key = {m.key: m for m in compare([s, s]).metrics}
+    assert by_key["goodput"].values == [None, None]
+    assert by_key["makespan_p50"].values == [None, None]
+    assert by_key["requests_per_s"].values == [pytest.approx(5.0)] * 2

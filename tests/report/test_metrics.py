@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -277,3 +278,33 @@ def test_turns_sent_before_the_previous_ended_are_flagged(rec: Rec) -> None:
     (t,) = session_times(rs)
     assert t.breakdown.tool == -1.5 and t.breakdown.total == t.makespan == 3.0
     assert summarise(rs[:1]).overlapping_turns == 0
+
+
+def test_throughput_over_the_run(records: list[TurnRecord]) -> None:
+    tp = summarise(records).throughput
+    assert tp is not None
+    # First send 0.0, last end 12.0 (a's turn 2); 5 successful attempts of 900 prompt and
+    # 24 output tokens (11 + 5 + 1 + 4 + 3); the failed attempts count for neither.
+    assert tp.duration == 12.0 and tp.input_tokens == 900
+    assert tp.requests_per_s == pytest.approx(5 / 12)
+    assert tp.input_tokens_per_s == pytest.approx(75.0)
+    assert tp.output_tokens_per_s == pytest.approx(2.0)
+    empty = summarise([]).throughput
+    assert empty is not None and empty.duration == 0.0 and empty.requests_per_s is None
+
+
+def test_session_view_needs_closed_loop_multi_turn_sessions(
+    records: list[TurnRecord], rec: Rec
+) -> None:
+    assert summarise(records).session_view
+    single = [rec(f"r{i}", 0, first_token=0.5, done=1.0, output_tokens=4) for i in range(3)]
+    assert not summarise(single).session_view
+    overlapped = [rec("x", 0, first_token=1.0, done=2.0), rec("x", 1, first_token=1.5, done=2.5)]
+    assert not summarise(overlapped).session_view
+
+
+def test_a_summary_written_before_throughput_still_reads(records: list[TurnRecord]) -> None:
+    data = msgspec.json.decode(summarise(records).to_json())
+    del data["throughput"]
+    old = Summary.from_json(msgspec.json.encode(data))
+    assert old.throughput is None and old.turns_ok == 5

@@ -37,8 +37,13 @@ def test_totals_sum_counters_and_histograms_over_labels() -> None:
         text,
         {"vllm:prompt_tokens", "vllm:time_to_first_token_seconds", "vllm:absent"},
     )
-    # A counter's _created samples and a histogram's buckets and count are not summed in.
-    assert got == {"vllm:prompt_tokens": 123.0, "vllm:time_to_first_token_seconds": 2.75}
+    # A counter's _created samples and a histogram's buckets are not summed in; a histogram's
+    # count of observations comes as NAME_count beside its sum.
+    assert got == {
+        "vllm:prompt_tokens": 123.0,
+        "vllm:time_to_first_token_seconds": 2.75,
+        "vllm:time_to_first_token_seconds_count": 3.0,
+    }
     assert totals(text, {"vllm:num_requests_running"}) == {"vllm:num_requests_running": 7.0}
 
 

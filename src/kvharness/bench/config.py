@@ -55,6 +55,13 @@ def _base_url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _metrics_base(text: str) -> str:
+    """A metrics URL as given (``http://host:8000`` or ``http://host:8000/metrics``), as the base
+    that ``/metrics`` is read under."""
+    base = _base_url(text)
+    return base.removesuffix("/metrics") if base.endswith("/metrics") else base
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BenchConfig:
     """Everything that decides what a run sends and when. Times are seconds, sizes tokens."""
@@ -67,7 +74,9 @@ class BenchConfig:
     workload: str = opt(
         "synthetic",
         help="workload: a kvharness workload file, SWE-agent .traj file/folder, Mooncake "
-        "hash_ids JSONL, or synthetic[:k=v,...] (as load_workload takes it)",
+        "hash_ids JSONL, synthetic[:k=v,...] (coding-agent sessions) or fixed:requests=N,input=T,"
+        "output=T[,spread=F,shared_prefix=F] (independent requests of one shape; `kvharness "
+        "workload stats --help` lists the options)",
         flags=("--workload", "-w"), metavar="SPEC",
     )  # fmt: skip
     mode: Mode = opt(
@@ -142,6 +151,14 @@ class BenchConfig:
         "session-aware routers (isolated mode never sends it)",
         metavar="NAME", off_flag="--no-session-header", off_help="send no session header",
     )  # fmt: skip
+    session_user: bool = opt(
+        False,
+        help="also send the session id as the OpenAI request's 'user' field in session mode, "
+        "for routers that key sessions by it (the header any other peer reads is set with "
+        "--session-header: x-session-affinity for AIPerf's, x-dynamo-session-id for Dynamo, "
+        "x-smg-routing-key for the SGLang model gateway)",
+        negatable=True,
+    )
     ignore_eos: bool = opt(
         True,
         help="send ignore_eos, so each turn generates its recorded output length; turn it off "
@@ -157,11 +174,27 @@ class BenchConfig:
     )  # fmt: skip
     seed: int = opt(0, help="seed of the isolated-mode shuffle and of Poisson arrivals")
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    api: Literal["completions", "chat"] = opt(
+        "completions",
+        help="how turns without their own messages (hash-only traces, synthetic, fixed) are "
+        "sent: completions, to /v1/completions with the prompt as --prompt-format says; chat, "
+        "to /v1/chat/completions as one user message of the prompt's text (the server's chat "
+        "template then adds its tokens, so prompt token counts and ideal cached tokens are "
+        "approximate). Turns with messages always go to chat, turns with token ids to "
+        "completions",
+    )
     scrape_metrics: bool = opt(
         True,
         help="scrape the backends' Prometheus /metrics before and after each pass",
         flags=("--no-metrics",),
     )
+    metrics_urls: tuple[str, ...] = opt(
+        (),
+        help="read the engine metrics from this URL instead of the backends' (repeat for "
+        "several): the engines behind a router, whose own /metrics is not theirs",
+        flags=("--metrics-url",), metavar="URL", parse=_metrics_base,
+        default_means="each --backend",
+    )  # fmt: skip
     event_loop: Literal["auto", "asyncio", "uvloop"] = opt(
         "auto",
         help="event loop: auto, uvloop when installed (about twice the requests per core), "
@@ -175,3 +208,16 @@ class BenchConfig:
         for url in self.backends:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"backend {url!r} is not an http(s):// URL")
+        for url in self.metrics_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"metrics URL {url!r} is not an http(s):// URL")
+
+    @property
+    def text_prompts(self) -> bool:
+        """Whether hash-only turns are sent as text (``--prompt-format text`` or ``--api chat``)."""
+        return self.prompt_format == "text" or self.api == "chat"
+
+    @property
+    def scraped(self) -> tuple[str, ...]:
+        """The URLs whose ``/metrics`` the run reads: ``metrics_urls``, else the backends."""
+        return self.metrics_urls or self.backends

@@ -2,7 +2,8 @@
 
 Hash-only turns become ``/v1/completions`` requests whose ``prompt`` is the materialised token-id
 list, or with ``words`` the text of one word per token, each after a space (see
-:mod:`kvharness.bench.words`); each block's ids or text are encoded to JSON once and reused, so a
+:mod:`kvharness.bench.words`); with ``chat`` they become ``/v1/chat/completions`` requests of one
+user message holding that text. Each block's ids or text are encoded to JSON once and reused, so a
 growing prompt costs a join of cached fragments. Turns with their exact token ids (a recording
 that kept content) send those ids, whatever the prompt format. Turns with messages become
 ``/v1/chat/completions`` requests whose messages are the session's messages so far (turn ``i``
@@ -33,7 +34,9 @@ class PayloadBuilder:
     ``words`` (text prompts): token id ``i`` of a block becomes ``" " + words[i]`` and ids are drawn
     from ``[0, len(words))`` (``vocab_size`` and ``low`` are then unused)."""
 
-    __slots__ = ("_blocks", "_close", "_low", "_open", "_sep", "_tail", "_vocab", "_words", "model")
+    __slots__ = (
+        "_blocks", "_chat", "_close", "_low", "_open", "_sep", "_tail", "_vocab", "_words", "model",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -44,7 +47,11 @@ class PayloadBuilder:
         temperature: float = 0.0,
         low: int = 0,
         words: Sequence[str] | None = None,
+        chat: bool = False,
     ):
+        if chat and words is None:
+            raise ValueError("chat prompts of hash-only turns need words")
+        self._chat = chat
         self._vocab = vocab_size
         self._low = low
         self._words: list[bytes] | None = None
@@ -100,6 +107,16 @@ class PayloadBuilder:
             )
         )  # fmt: skip
 
+    def chat_text(self, chain: BlockChain, max_tokens: int) -> bytes:
+        """A ``/v1/chat/completions`` body of one user message: the chain's text."""
+        return b"".join(
+            (
+                b'{"model":', self.model, b',"messages":[{"role":"user","content":"',
+                self.prompt_ids_json(chain), b'"}],"max_tokens":%d' % max_tokens,
+                self._tail, b"}",
+            )
+        )  # fmt: skip
+
     def completions_ids(self, ids: Sequence[int], max_tokens: int) -> bytes:
         """A ``/v1/completions`` body whose prompt is exactly ``ids``."""
         return b"".join(
@@ -118,14 +135,25 @@ class PayloadBuilder:
             )
         )  # fmt: skip
 
-    def request(self, session: Session, index: int, history: Sequence[bytes]) -> tuple[str, bytes]:
+    def request(
+        self, session: Session, index: int, history: Sequence[bytes], user: str | None = None
+    ) -> tuple[str, bytes]:
         """(path, body) of turn ``index``. ``history[i]`` is turn ``i``'s messages encoded (see
-        :func:`encode_messages`); only used for message turns."""
+        :func:`encode_messages`); only used for message turns. ``user``: the OpenAI ``user``
+        field to send (the session id, for routers that key sessions by it)."""
+        path, body = self._request(session, index, history)
+        if user is None:
+            return path, body
+        return path, b"".join((body[:-1], b',"user":', _enc.encode(user), b"}"))
+
+    def _request(self, session: Session, index: int, history: Sequence[bytes]) -> tuple[str, bytes]:
         turn = session.turns[index]
         max_tokens = max(1, turn.output_tokens)
         if turn.prompt_ids is not None:
             return COMPLETIONS, self.completions_ids(turn.prompt_ids, max_tokens)
         if turn.messages is None:
+            if self._chat:
+                return CHAT, self.chat_text(turn.input, max_tokens)
             return COMPLETIONS, self.completions(turn.input, max_tokens)
         return CHAT, self.chat(b",".join(h for h in history[: index + 1] if h), max_tokens)
 

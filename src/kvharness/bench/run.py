@@ -153,7 +153,7 @@ async def _run(
 
     gaps: array[float] = array("d")
     scraper = Client(connect_timeout_s=cfg.retry.connect_timeout_s)
-    before = await scrape.scrape_all(scraper, cfg.backends) if cfg.scrape_metrics else {}
+    before = await scrape.scrape_all(scraper, cfg.scraped) if cfg.scrape_metrics else {}
     transport = HttpTransport(
         clock,
         timeout_s=cfg.retry.timeout_s,
@@ -180,7 +180,7 @@ async def _run(
                 runner.counts.cpu_s = time.process_time() - cpu0
     finally:
         await transport.close()
-    after = await scrape.scrape_all(scraper, cfg.backends) if cfg.scrape_metrics else {}
+    after = await scrape.scrape_all(scraper, cfg.scraped) if cfg.scrape_metrics else {}
     scraper.close()
     server = {"before": before, "after": after, "delta": scrape.delta(before, after)}
     return runner.counts, server, gaps
@@ -225,7 +225,7 @@ def run_bench(
         cfg = dataclasses.replace(load_config(run_dir), backends=cfg.backends)
     workload = workload or load_bench_workload(cfg)
     # Text prompts' words first: a tokenizer that offers too few fails before the run starts.
-    words = prompt_words(cfg.tokenizer) if cfg.prompt_format == "text" else None
+    words = prompt_words(cfg.tokenizer) if cfg.text_prompts else None
     passes = _read_passes(run_dir / METRICS)
     if resume:
         previous = read_records(run_dir / RECORDS) if (run_dir / RECORDS).exists() else []

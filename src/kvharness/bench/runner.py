@@ -83,7 +83,7 @@ class Runner:
         self.finished = set(finished)
         self.ideal = ideal or IdealCache()
         self.words: PromptWords | None = None
-        if cfg.prompt_format == "text":
+        if cfg.text_prompts:
             self.words = words or prompt_words(cfg.tokenizer)
         self.builder = PayloadBuilder(
             cfg.model or "",
@@ -91,6 +91,7 @@ class Runner:
             ignore_eos=cfg.ignore_eos,
             temperature=cfg.temperature,
             words=self.words.words if self.words is not None else None,
+            chat=cfg.api == "chat",
         )
         # Tokens the server adds before a text prompt (its BOS): a prefix every prompt shares.
         self._special = self.words.special_tokens if self.words is not None else 0
@@ -126,7 +127,8 @@ class Runner:
         session must be abandoned. ``session``: the session id to send in the session header
         (None: no header)."""
         turn = s.turns[index]
-        path, body = self.builder.request(s, index, self._history_of(s))
+        user = session if self.cfg.session_user else None
+        path, body = self.builder.request(s, index, self._history_of(s), user)
         url = backend + path
         hit = self.ideal.visit(turn.input)
         k = self._special if turn.messages is None and turn.prompt_ids is None else 0
@@ -184,7 +186,7 @@ class Runner:
         counts = self.counts
         counts.sessions_active += 1
         backend = self._next_backend()
-        sid = s.id if self.cfg.session_header else None
+        sid = s.id if self.cfg.session_header or self.cfg.session_user else None
         intended = done = start
         try:
             for i in range(first, len(s.turns)):

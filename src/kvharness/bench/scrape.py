@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 from kvharness.wire import vllm
 from kvharness.wire.http import Client
 
-__all__ = ["delta", "hit_ratio", "scrape_all"]
+__all__ = ["MEANS", "delta", "hit_ratio", "means", "scrape_all"]
+
+MEANS = {
+    "vllm:time_to_first_token_seconds": "TTFT",
+    "vllm:e2e_request_latency_seconds": "end-to-end",
+    "vllm:request_time_per_output_token_seconds": "time per output token",
+}
+"""The engine's latency histograms whose means referee the client's figures, with their names."""
 
 
 async def _scrape(client: Client, url: str) -> dict[str, float] | None:
@@ -52,3 +59,14 @@ def hit_ratio(deltas: Mapping[str, Mapping[str, float]]) -> float | None:
     q = sum(d.get("vllm:prefix_cache_queries", 0.0) for d in deltas.values())
     h = sum(d.get("vllm:prefix_cache_hits", 0.0) for d in deltas.values())
     return h / q if q > 0 else None
+
+
+def means(deltas: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Over all targets, the mean of each :data:`MEANS` histogram over the run (the increase
+    of its sum over that of its count), for the histograms that saw observations."""
+    out = {}
+    for name in MEANS:
+        n = sum(d.get(name + "_count", 0.0) for d in deltas.values())
+        if n > 0:
+            out[name] = sum(d.get(name, 0.0) for d in deltas.values()) / n
+    return out

@@ -62,12 +62,23 @@ def _client_table(labels: Sequence[str], summaries: Sequence[Summary]) -> Table:
 def _server_line(server: dict[str, dict[str, float]]) -> Text:
     ratio = scrape.hit_ratio(server)
     if ratio is None:
-        return Text("server prefix-cache counters: not exposed by the target(s)")
+        return Text(
+            "server prefix-cache counters: not exposed by the target(s) (behind a router, "
+            "point --metrics-url at the engines)"
+        )
     q = sum(d.get("vllm:prefix_cache_queries", 0.0) for d in server.values())
-    return Text(
+    line = Text(
         f"server prefix cache over the run: {ratio * 100:.1f}% of {q:,.0f} queried tokens hit "
         "(vllm:prefix_cache_hits / vllm:prefix_cache_queries)"
     )
+    means = scrape.means(server)
+    if means:
+        figures = ", ".join(f"{scrape.MEANS[k]} {_ms(v)}" for k, v in means.items())
+        line.append(
+            f"\nthe engines' own means over the run: {figures} (their histograms' sum / count, "
+            "timed inside the engine: no HTTP or client time)"
+        )
+    return line
 
 
 def render_result(label: str, records: Sequence[TurnRecord], summary: Summary | None,

@@ -76,6 +76,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="--mode both: do not reset the servers' prefix caches between passes",
     )
+    run_group.add_argument(
+        "--csv",
+        action="store_true",
+        help="also write RUN/records.csv (one row per attempt) and RUN/summary.csv (the run's "
+        "figures, one row), for spreadsheets",
+    )
     run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -148,10 +154,11 @@ def run(args: argparse.Namespace) -> int:
             args.out or Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S"),
             "--out" if args.out else "run directory",
         )
-        if cfg.prompt_format == "text" and cfg.tokenizer is None:
+        if cfg.text_prompts and cfg.tokenizer is None:
+            flag = "--api chat" if cfg.api == "chat" else "--prompt-format text"
             console.print(
-                "[yellow]--prompt-format text without --tokenizer: built-in words, so prompt "
-                "token counts and ideal cached tokens are approximate[/]"
+                f"[yellow]{flag} without --tokenizer: built-in words, so prompt token counts and "
+                "ideal cached tokens are approximate; pass the served model's --tokenizer[/]"
             )
         modes = ("session", "isolated") if args.mode == "both" else (args.mode,)
         for mode in modes:
@@ -177,6 +184,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         r = results[0]
         console.print(render_result(r.run_dir.name, r.records, r.summary, r.server))
+    if args.csv:
+        from kvharness.report.csv_export import write_records_csv, write_summaries_csv
+        from kvharness.report.metrics import summarise
+
+        for r in results:
+            summary = r.summary or summarise(r.records, label=r.run_dir.name)
+            write_records_csv(r.run_dir / "records.csv", r.records)
+            write_summaries_csv(r.run_dir / "summary.csv", [summary])
     console.print(f"run directory: {root}")
     failures = [line for r in results if (line := r.failure_line()) is not None]
     if failures:

@@ -14,8 +14,12 @@ from rich.console import Console
 from kvharness.errors import UserError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from kvharness.report.html import Run
     from kvharness.report.io import DeadlineSpec
+    from kvharness.report.metrics import Summary
+    from kvharness.report.records import TurnRecord
 
 HELP = "show a run's report, or compare runs side by side (sim or bench run directories)"
 
@@ -39,6 +43,12 @@ def register(subparsers: Any) -> None:
     show.add_argument("run_dir", metavar="RUN_DIR", help=_RUN_DIR_HELP)
     show.add_argument("--json", action="store_true", help="print the summary as JSON instead")
     show.add_argument("--html", metavar="OUT", help="also write the HTML report to OUT")
+    show.add_argument(
+        "--csv",
+        metavar="OUT",
+        help="also write the records to OUT, one row per attempt (with TTFT, end-to-end and "
+        "ITL in seconds), and the run's figures to OUT's name with -summary before the suffix",
+    )
     _deadline(show)
     show.set_defaults(func=run_show)
 
@@ -54,6 +64,9 @@ def register(subparsers: Any) -> None:
     cmp.add_argument("run_dirs", metavar="RUN_DIR", nargs="+", help=_RUN_DIR_HELP)
     cmp.add_argument("--json", action="store_true", help="print the comparison as JSON instead")
     cmp.add_argument("--html", metavar="OUT", help="also write an HTML report overlaying the runs")
+    cmp.add_argument(
+        "--csv", metavar="OUT", help="also write the runs' figures to OUT, one row per run"
+    )
     cmp.add_argument(
         "--baseline",
         type=int,
@@ -122,6 +135,8 @@ def run_show(args: argparse.Namespace) -> int:
         _console().print(render_summary(summary))
     if args.html:
         _write_html(args.html, [(summary, run.records)])
+    if args.csv:
+        _write_csv(args.csv, [summary], run.records)
     return 0
 
 
@@ -162,6 +177,8 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.html:
         order = [args.baseline] + [i for i in range(len(runs)) if i != args.baseline]
         _write_html(args.html, [(summaries[i], runs[i].records) for i in order])
+    if args.csv:
+        _write_csv(args.csv, summaries)
     return 0
 
 
@@ -186,6 +203,23 @@ def _compare_harness(args: argparse.Namespace) -> int:
             raise UserError(f"--html {args.html}: {err.strerror or err}") from None
         print(f"wrote {args.html}", file=sys.stderr)
     return 0
+
+
+def _write_csv(
+    path: str, summaries: list[Summary], records: Sequence[TurnRecord] | None = None
+) -> None:
+    """The runs' figures to ``path``; with ``records``, those to ``path`` and the figures beside
+    it (``x.csv`` -> ``x-summary.csv``)."""
+    from kvharness.report.csv_export import write_records_csv, write_summaries_csv
+
+    out = Path(path)
+    try:
+        if records is not None:
+            print(f"wrote {write_records_csv(out, records)}", file=sys.stderr)
+            out = out.with_name(f"{out.stem}-summary{out.suffix or '.csv'}")
+        print(f"wrote {write_summaries_csv(out, summaries)}", file=sys.stderr)
+    except OSError as err:
+        raise UserError(f"--csv {path}: {err.strerror or err}") from None
 
 
 def _write_html(path: str, runs: list[Run]) -> None:

@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
         "--workload",
         default="synthetic",
         help="workload spec: a file (kvharness format, Mooncake hash_ids JSONL, SWE-agent .traj "
-        "or folder) or synthetic[:key=value,...] (default: synthetic)",
+        "or folder), synthetic[:key=value,...] or fixed[:key=value,...] (default: synthetic)",
     )
     p.add_argument(
         "--cluster",

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from kvharness.cli._args import block_size, output_dir, output_file
 from kvharness.workload import formats
+from kvharness.workload.fixed import FixedConfig
 from kvharness.workload.load import load_workload
 from kvharness.workload.model import Workload
 from kvharness.workload.stats import Distribution, WorkloadStats, workload_stats
@@ -25,8 +26,8 @@ HELP = "inspect and convert agent-session workloads (traces, trajectories, synth
 
 _SPEC_HELP = (
     "workload: a trace file or folder in any format `kvharness workload formats` lists (its "
-    "format is told from its contents), a gateway recording, or 'synthetic[:key=value,...]' "
-    "(default: synthetic)"
+    "format is told from its contents), a gateway recording, 'synthetic[:key=value,...]' (coding-agent "
+    "sessions) or 'fixed[:key=value,...]' (independent requests of one shape) (default: synthetic)"
 )
 
 _SHARING = {
@@ -38,10 +39,12 @@ _SHARING = {
 
 
 def _synthetic_epilog() -> str:
-    lines = ["synthetic options (synthetic:key=value,...):"]
-    for f in dataclasses.fields(SyntheticConfig):
-        lo, hi = f.metadata["bounds"]
-        lines.append(f"  {f.name:<20} {f.metadata['help']} (default {f.default}; {lo} to {hi})")
+    lines = []
+    for name, cls in (("synthetic", SyntheticConfig), ("fixed", FixedConfig)):
+        lines.append(f"{name} options ({name}:key=value,...):")
+        for f in dataclasses.fields(cls):
+            lo, hi = f.metadata["bounds"]
+            lines.append(f"  {f.name:<20} {f.metadata['help']} (default {f.default}; {lo} to {hi})")
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kvharness.configs import mib, opt, zero_is_none
+from kvharness.gateway.requests import SESSION_HEADERS
 
 __all__ = ["GatewayConfig"]
 
@@ -125,10 +126,21 @@ class GatewayConfig:
         "they are always forwarded)",
     )
     session_headers: tuple[str, ...] = opt(
-        ("x-session-id",),
-        help="request header naming the agent session (repeat for several)",
+        SESSION_HEADERS,
+        help="request header naming the agent session (repeat for several, first found wins); "
+        "by default the ones the peers send, in this order: x-session-id (kvharness, "
+        "vllm-router), x-session-affinity (AIPerf), x-dynamo-session-id (Dynamo), "
+        "x-smg-routing-key (SGLang model gateway), x-correlation-id (AIPerf)",
         flags=("--session-header",), metavar="NAME", parse=str.lower,
+        default_means="those five",
     )  # fmt: skip
+    session_user: bool = opt(
+        True,
+        help="when no session header is sent, take the OpenAI request's 'user' field as the "
+        "session (off: --no-session-user, for clients whose 'user' names a person running many "
+        "sessions at once)",
+        flags=("--no-session-user",),
+    )
     scrape_interval_s: float = opt(
         0.0,
         help="seconds between reads of each replica's vLLM /metrics (waiting requests, KV "

@@ -52,6 +52,7 @@ from kvharness.gateway.prompt_hasher import HashedPrompt, PromptHasher
 from kvharness.gateway.recorder import CLIENT_GONE, Pending, Recorder
 from kvharness.gateway.replicas import Replicas
 from kvharness.gateway.requests import (
+    MAX_SESSION_ID,
     BadRequest,
     Kind,
     ParsedRequest,
@@ -107,6 +108,8 @@ class Prepared(NamedTuple):
     """The body with a text prompt replaced by its token ids, when the gateway has them."""
     max_output_tokens: int
     model: str | None
+    session: str | None
+    """The session the client named: by a header, else by the body's ``user`` field."""
 
 
 class Pipeline:
@@ -185,6 +188,8 @@ class Pipeline:
         Raises :class:`BadRequest` for anything about the body that the gateway cannot take,
         with the reason for the client."""
         parsed = parse_request(body, kind)
+        if sid is None and self.config.session_user:
+            sid = parsed.user[:MAX_SESSION_ID] if parsed.user is not None else None
         if not self._approximate(parsed):
             parsed = materialised(parsed)
         try:
@@ -198,7 +203,7 @@ class Pipeline:
             raise BadRequest("the request nests JSON too deeply to render its prompt") from None
         except (TemplateError, ValueError, OverflowError) as err:
             raise BadRequest(f"cannot render or tokenise the prompt: {err}") from None
-        return Prepared(hashed, as_ids, parsed.max_output_tokens, parsed.model)
+        return Prepared(hashed, as_ids, parsed.max_output_tokens, parsed.model, sid)
 
     def chain_limit(self) -> int:
         """Blocks of a prompt's chain that are routed on: the largest replica's KV capacity (the
@@ -261,6 +266,7 @@ class Pipeline:
         except BadRequest as err:
             self.metrics.errors.labels("bad_request").inc()
             return error_response(400, str(err), "invalid_request_error", err.param)
+        sid = prep.session
         pending = None
         if self.recorder is not None:
             pending = self.recorder.begin(

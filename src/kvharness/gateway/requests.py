@@ -19,6 +19,7 @@ from kvharness.gateway import bigjson
 from kvharness.gateway.bigjson import LongText
 
 __all__ = [
+    "SESSION_HEADERS",
     "BadRequest",
     "ParsedRequest",
     "approx_pieces",
@@ -68,6 +69,8 @@ class ParsedRequest:
     """The decoded body of a completion request (for :func:`with_token_ids`)."""
     long_texts: bool = False
     """Whether strings in it may be :class:`LongText` (a large body; see :func:`materialised`)."""
+    user: str | None = None
+    """The OpenAI ``user`` field: a client-chosen id of whom the request is for."""
 
 
 def _int_field(body: Mapping[str, Any], name: str, low: int = 0) -> int | None:
@@ -179,6 +182,9 @@ def parse_request(
         value = _int_field(data, name)
         budget = value if budget is None else budget
     _int_field(data, "n", 1)
+    user = _plain(data.get("user"))
+    if user is not None and not isinstance(user, str):
+        raise BadRequest("'user' must be a string", "user")
     if kind == "chat":
         tools = data.get("tools")
         if tools is not None and not isinstance(tools, list):
@@ -199,6 +205,7 @@ def parse_request(
             add_generation_prompt=agp,
             template_kwargs=kwargs,
             long_texts=long_texts,
+            user=user or None,
         )
     text, ids = _prompt(data.get("prompt"))
     special = data.get("add_special_tokens", True)
@@ -214,6 +221,7 @@ def parse_request(
         add_special_tokens=special,
         fields=data,
         long_texts=long_texts,
+        user=user or None,
     )
 
 
@@ -264,9 +272,29 @@ def approx_pieces(parsed: ParsedRequest) -> Iterator[str]:
             yield text
 
 
+SESSION_HEADERS = (
+    "x-session-id",
+    "x-session-affinity",
+    "x-dynamo-session-id",
+    "x-smg-routing-key",
+    "x-correlation-id",
+)
+"""The headers that name an agent session, in the order the gateway looks for them: kvharness's
+and vLLM's router's ``x-session-id``; AIPerf's ``X-Session-Affinity`` (sent by default beside its
+``X-Correlation-ID``); Dynamo's ``X-Dynamo-Session-ID``; the SGLang model gateway's
+``X-SMG-Routing-Key``; and last AIPerf's ``X-Correlation-ID``, generic enough that other software
+may set it per request. After them comes the body's ``user`` field (see
+:attr:`~kvharness.gateway.config.GatewayConfig.session_user`)."""
+
+MAX_SESSION_ID = 256
+"""Characters of a session id kept (a longer one is cut)."""
+
+
 def first_session_header(headers: Mapping[str, str], names: Sequence[str]) -> str | None:
+    """The value of the first of ``names`` that ``headers`` holds non-empty, cut to
+    :data:`MAX_SESSION_ID` characters."""
     for name in names:
         value = headers.get(name)
         if value:
-            return value[:256]
+            return value[:MAX_SESSION_ID]
     return None

@@ -21,7 +21,8 @@ class MetricSpec(NamedTuple):
     key: str
     label: str
     unit: str
-    """``s`` (seconds), ``ratio`` (0..1, shown as a percentage), ``/h``, ``count`` or ``x``."""
+    """``s`` (seconds), ``ratio`` (0..1, shown as a percentage), ``/h``, ``/s``, ``count``
+    or ``x``."""
     better: Better
     """Which way is an improvement; ``none`` for properties of the workload, not of the serving."""
     get: Callable[[Summary], float | None]
@@ -40,23 +41,40 @@ def _part(*names: str) -> Callable[[Summary], float | None]:
         b = s.breakdown
         return None if b is None else sum(getattr(b, n) for n in names)
 
-    return get
+    return _sessions(get)
+
+
+def _sessions(get: Callable[[Summary], float | None]) -> Callable[[Summary], float | None]:
+    """``get``, for a run of agent sessions only (None for a run of requests, where session
+    figures mean nothing: :attr:`Summary.session_view`)."""
+    return lambda s: get(s) if s.session_view else None
+
+
+def _throughput(name: str) -> Callable[[Summary], float | None]:
+    return lambda s: None if s.throughput is None else getattr(s.throughput, name)
 
 
 KEY_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("goodput", "goodput (sessions/h in deadline)", "/h", "higher",
-               lambda s: s.goodput, "goodput/h"),
+               _sessions(lambda s: s.goodput), "goodput/h"),
     MetricSpec("sessions_completed", "sessions completed", "count", "higher",
-               lambda s: float(s.sessions_completed), "completed"),
+               _sessions(lambda s: float(s.sessions_completed)), "completed"),
+    MetricSpec("requests_per_s", "request throughput (req/s)", "/s", "higher",
+               _throughput("requests_per_s"), "req/s"),
+    MetricSpec("output_tokens_per_s", "output token throughput (tok/s)", "/s", "higher",
+               _throughput("output_tokens_per_s"), "out tok/s"),
     MetricSpec("ttft_p50", "TTFT p50", "s", "lower", lambda s: s.ttft.p50),
+    MetricSpec("ttft_p90", "TTFT p90", "s", "lower", lambda s: s.ttft.p90),
     MetricSpec("ttft_p99", "TTFT p99", "s", "lower", lambda s: s.ttft.p99),
     MetricSpec("itl_mean", "inter-token latency mean", "s", "lower", lambda s: s.itl.mean,
                "ITL mean"),
+    MetricSpec("itl_p90", "inter-token latency p90", "s", "lower", lambda s: s.itl.p90,
+               "ITL p90"),
     MetricSpec("e2e_p50", "end-to-end p50", "s", "lower", lambda s: s.e2e.p50, "E2E p50"),
-    MetricSpec("makespan_p50", "session makespan p50", "s", "lower", lambda s: s.makespan.p50,
-               "makespan p50"),
-    MetricSpec("makespan_p90", "session makespan p90", "s", "lower", lambda s: s.makespan.p90,
-               "makespan p90"),
+    MetricSpec("makespan_p50", "session makespan p50", "s", "lower",
+               _sessions(lambda s: s.makespan.p50), "makespan p50"),
+    MetricSpec("makespan_p90", "session makespan p90", "s", "lower",
+               _sessions(lambda s: s.makespan.p90), "makespan p90"),
     MetricSpec("session_server_wait", "session: queue+prefill (mean)", "s", "lower",
                _part("queue", "prefill", "queue_prefill"), "queue+prefill"),
     MetricSpec("session_decode", "session: decode (mean)", "s", "lower", _part("decode"),
@@ -193,4 +211,6 @@ def fmt_value(v: float | None, unit: str) -> str:
         return f"{v:.0f}"
     if unit == "x":
         return f"{v:.2f}x"
-    return f"{v:.1f}{unit}" if unit != "/h" else f"{v:.1f}/h"
+    if unit == "/s":
+        return f"{v:.2f}"
+    return f"{v:.1f}{unit}"

@@ -32,6 +32,16 @@ Definitions. All times are seconds on the records' clock; every percentile is nu
 * **Cache hits** over successful attempts whose server reported ``cached_tokens``: achieved =
   sum(cached) / sum(prompt), ideal = sum(ideal_cached) / sum(prompt) over the same attempts,
   and achieved / ideal.
+* **Request throughput** (what every serving benchmark reports, :class:`Throughput`): over the
+  run's *duration*, from its first ``sent`` to its last record end, requests per second =
+  successful attempts / duration, input (output) tokens per second = their prompt (output)
+  tokens / duration. These are AIPerf's and vLLM's ``bench serve`` definitions; the per-turn
+  inter-token latency above is their ITL / TPOT (a request's decode time over its output
+  tokens after the first), not the gap between two streamed chunks.
+* **Session view.** A run is reported as agent sessions when it has multi-turn sessions sent
+  closed loop; a run of single-turn sessions, or one whose turns overlapped within sessions
+  (isolated mode), is a run of *requests*: its makespan, goodput and breakdown describe nothing
+  and the report leaves them out (:attr:`Summary.session_view`).
 * **Load imbalance** = max / mean over replicas of the prompt tokens sent to each (all attempts);
   1.0 is perfectly even. Replicas that received nothing do not appear in records, so they are not
   counted.
@@ -58,6 +68,7 @@ __all__ = [
     "ReplicaLoad",
     "SessionTime",
     "Summary",
+    "Throughput",
     "TurnIndexStats",
     "dist",
     "error_cause",
@@ -148,6 +159,18 @@ class CacheStats(msgspec.Struct, frozen=True):
     achieved_vs_ideal: float | None
 
 
+class Throughput(msgspec.Struct, frozen=True):
+    """The run as a stream of requests (see the module docstring)."""
+
+    duration: float
+    """Seconds from the first ``sent`` to the last record end."""
+    requests_per_s: float | None
+    input_tokens_per_s: float | None
+    output_tokens_per_s: float | None
+    input_tokens: int
+    """Prompt tokens of the successful attempts."""
+
+
 class ReplicaLoad(msgspec.Struct, frozen=True):
     replica: str
     requests: int
@@ -194,6 +217,8 @@ class Summary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     sessions (the breakdown's ``tool`` part goes negative)."""
     deadline_rule: str | None = None
     """How per-session deadlines were set (``"1.5x lower bound"``); None when not per session."""
+    throughput: Throughput | None = None
+    """None in a summary written before it was reported."""
     version: int = 1
     """Layout of this JSON; bumped when a field changes meaning."""
 
@@ -202,6 +227,12 @@ class Summary(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if self.deadline_rule is not None:
             return self.deadline_rule
         return "none" if self.deadline is None else f"{self.deadline:g} s"
+
+    @property
+    def session_view(self) -> bool:
+        """Whether the run is one of agent sessions: some session has more than one turn and
+        no turn overlapped its predecessor (see the module docstring)."""
+        return len(self.by_turn) > 1 and not self.overlapping_turns
 
     @property
     def error_count(self) -> int:
@@ -384,4 +415,22 @@ def summarise(
         replicas=replicas,
         imbalance=imbalance,
         output_tokens=int(c.output[ok].sum()),
+        throughput=_throughput(c),
+    )
+
+
+def _throughput(c: Columns) -> Throughput:
+    duration = float(c.end.max() - c.sent.min()) if c.n else 0.0
+    ok = c.ok
+    n_in, n_out = int(c.prompt[ok].sum()), int(c.output[ok].sum())
+
+    def rate(x: float) -> float | None:
+        return x / duration if duration > 0 else None
+
+    return Throughput(
+        duration=duration,
+        requests_per_s=rate(float(ok.sum())),
+        input_tokens_per_s=rate(n_in),
+        output_tokens_per_s=rate(n_out),
+        input_tokens=n_in,
     )

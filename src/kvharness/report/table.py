@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kvharness.report.compare import Comparison, MetricDelta, compare, fmt_value
-from kvharness.report.metrics import Dist, Summary
+from kvharness.report.metrics import Summary
 
 __all__ = ["render_comparison", "render_summary"]
 
@@ -17,39 +17,60 @@ _MARK = {"better": ("better", "green"), "worse": ("worse", "red"), "same": ("sam
 _BY_TURN_ROWS = 12
 
 
-def _dist_row(table: Table, name: str, d: Dist, unit: str = "s") -> None:
-    table.add_row(
-        name,
-        str(d.n),
-        *(fmt_value(x, unit) for x in (d.mean, d.p50, d.p90, d.p99, d.max)),
-    )
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e3:,.1f}"
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.2f}"
 
 
 def _latency_table(s: Summary) -> Table:
-    t = Table(title="Latency per turn (successful attempts)", title_justify="left")
+    t = Table(title="Latency per request (successful attempts, ms)", title_justify="left")
     for col in ("metric", "n", "mean", "p50", "p90", "p99", "max"):
         t.add_column(col, justify="left" if col == "metric" else "right")
-    _dist_row(t, "TTFT", s.ttft)
-    _dist_row(t, "inter-token latency", s.itl)
-    _dist_row(t, "end-to-end", s.e2e)
-    _dist_row(t, "client send lag", s.lag)
-    _dist_row(t, "session makespan", s.makespan)
+    for name, d in (
+        ("time to first token", s.ttft),
+        ("inter-token latency", s.itl),
+        ("end-to-end", s.e2e),
+        ("client send lag", s.lag),
+    ):
+        t.add_row(name, str(d.n), *(_ms(x) for x in (d.mean, d.p50, d.p90, d.p99, d.max)))
+    return t
+
+
+def _throughput_table(s: Summary) -> Table | None:
+    tp = s.throughput
+    if tp is None:
+        return None
+    t = Table(title="Throughput over the run", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    t.add_row("requests ok / attempts", f"{s.turns_ok} / {s.records}")
+    t.add_row("duration (first send to last end)", fmt_value(tp.duration, "s"))
+    t.add_row("request throughput (req/s)", _rate(tp.requests_per_s))
+    t.add_row("input token throughput (tok/s)", _rate(tp.input_tokens_per_s))
+    t.add_row("output token throughput (tok/s)", _rate(tp.output_tokens_per_s))
+    t.add_row("input / output tokens", f"{tp.input_tokens:,} / {s.output_tokens:,}")
     return t
 
 
 def _sessions_table(s: Summary) -> Table:
-    t = Table(title="Sessions and cache", title_justify="left", show_header=False)
-    t.add_column("what")
-    t.add_column("value", justify="right")
-    deadline = s.deadline_text
     c = s.cache
-    rows = [
-        ("sessions (completed / all)", f"{s.sessions_completed} / {s.sessions}"),
-        (f"completed within deadline ({deadline})", str(s.sessions_within_deadline)),
-        ("run span", fmt_value(s.span, "s")),
-        ("goodput", fmt_value(s.goodput, "/h")),
-        ("turns ok / attempts", f"{s.turns_ok} / {s.records}"),
-        ("output tokens", str(s.output_tokens)),
+    rows: list[tuple[str, str]] = []
+    if s.session_view:
+        m = s.makespan
+        rows += [
+            ("sessions (completed / all)", f"{s.sessions_completed} / {s.sessions}"),
+            (f"completed within deadline ({s.deadline_text})", str(s.sessions_within_deadline)),
+            ("run span", fmt_value(s.span, "s")),
+            ("goodput", fmt_value(s.goodput, "/h")),
+            (
+                "session makespan mean / p50 / p90",
+                " / ".join(fmt_value(x, "s") for x in (m.mean, m.p50, m.p90)),
+            ),
+        ]
+    rows += [
         ("cached / prompt tokens", f"{fmt_value(c.achieved_ratio, 'ratio')} ({c.cached_tokens})"),
         ("ideal / prompt tokens", f"{fmt_value(c.ideal_ratio, 'ratio')} ({c.ideal_cached_tokens})"),
         ("cached vs ideal", fmt_value(c.achieved_vs_ideal, "ratio")),
@@ -62,6 +83,10 @@ def _sessions_table(s: Summary) -> Table:
         )
     for cause, n in s.errors.items():
         rows.append((f"errors: {cause}", str(n)))
+    title = "Sessions and cache" if s.session_view else "Cache (a run of requests, not sessions)"
+    t = Table(title=title, title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
     for row in rows:
         t.add_row(*row)
     return t
@@ -106,13 +131,14 @@ def _by_turn_table(s: Summary) -> Table | None:
 
 
 def render_summary(summary: Summary) -> RenderableType:
-    """The report of one run: latency, sessions/goodput/cache/errors, breakdown, by turn index."""
-    parts: list[RenderableType] = [
-        Text(f"run: {summary.label}", style="bold"),
-        _latency_table(summary),
-        _sessions_table(summary),
-    ]
-    parts += [t for t in (_breakdown_table(summary), _by_turn_table(summary)) if t is not None]
+    """The report of one run: latency and throughput per request (the figures every serving
+    benchmark reports), cache, and for a run of agent sessions (:attr:`Summary.session_view`)
+    its goodput, makespan, where the time went and the figures by turn index."""
+    parts: list[RenderableType] = [Text(f"run: {summary.label}", style="bold")]
+    tables = [_latency_table(summary), _throughput_table(summary), _sessions_table(summary)]
+    if summary.session_view:
+        tables += [_breakdown_table(summary), _by_turn_table(summary)]
+    parts += [t for t in tables if t is not None]
     if summary.overlapping_turns:
         parts.append(
             Text(
@@ -160,7 +186,7 @@ def render_comparison(
     title = f"Runs compared against {cmp.labels[baseline]!r}"
     if rows_are_runs:
         t = Table(title=title, title_justify="left")
-        t.add_column("run")
+        t.add_column("run", no_wrap=True, min_width=max(map(len, cmp.labels)))
         for m in cmp.metrics:
             t.add_column(m.short, justify="right", min_width=len(m.short))
         for i, label in enumerate(cmp.labels):

@@ -57,8 +57,12 @@ COUNTERS = (
     "vllm:generation_tokens",
     "vllm:num_preemptions",
     "vllm:request_success",
+    "vllm:time_to_first_token_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "vllm:request_time_per_output_token_seconds",
 )
-"""The counter families a bench run reads before and after (prefix cache, tokens, outcomes)."""
+"""The families a bench run reads before and after (prefix cache, tokens, outcomes, and the
+latency histograms whose means referee the client's figures)."""
 
 CACHE_INFO = "vllm:cache_config_info"
 _LOAD = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
@@ -197,14 +201,18 @@ def families(text: str, names: Collection[str] | None = None) -> list[Metric]:
 
 def totals(text: str, names: Collection[str] = COUNTERS) -> dict[str, float]:
     """Each family of ``names`` found in ``text``, summed over its label sets: a counter's
-    total, a histogram's (or summary's) sum of observations, a gauge's value. Raises
-    ValueError on text that is not Prometheus exposition."""
+    total, a histogram's (or summary's) sum of observations, a gauge's value; a histogram's (or
+    summary's) count of observations too, as ``NAME_count``. Raises ValueError on text that is
+    not Prometheus exposition."""
     out: dict[str, float] = {}
     for fam in families(text, names):
         if fam.name in names:
-            sample = fam.name + _SAMPLE.get(fam.type, "")
-            total = sum(s.value for s in fam.samples if s.name == sample)
-            out[fam.name] = out.get(fam.name, 0.0) + total
+            suffix = _SAMPLE.get(fam.type, "")
+            wanted = (suffix, "_count") if suffix == "_sum" else (suffix,)
+            for part in wanted:
+                key = fam.name if part == suffix else fam.name + part
+                total = sum(s.value for s in fam.samples if s.name == fam.name + part)
+                out[key] = out.get(key, 0.0) + total
     return out
 
 

@@ -1,6 +1,8 @@
 """One entry point for every workload source, by a spec string.
 
 - ``synthetic`` or ``synthetic:sessions=64,seed=3`` — the coding-agent generator with options;
+- ``fixed:requests=40,input=1000,output=32`` — independent requests of one shape
+  (:mod:`kvharness.workload.fixed`), the isolated benchmark;
 - a file or folder in any format of :mod:`kvharness.workload.formats` (kvharness's own workload
   files and recordings, Mooncake / AIPerf / Dynamo ``hash_ids`` traces, Azure CSV traces, OTel
   GenAI spans, agent trajectories, OpenAI request logs), told by what it starts with or named.
@@ -10,35 +12,47 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TypeVar
 
 from kvharness.errors import FormatError, UserError
 from kvharness.workload import formats
+from kvharness.workload.fixed import FixedConfig, generate_fixed
 from kvharness.workload.model import Workload
 from kvharness.workload.synthetic import SyntheticConfig, generate
 
-__all__ = ["load_workload", "parse_synthetic"]
+__all__ = ["load_workload", "parse_fixed", "parse_synthetic"]
+
+C = TypeVar("C")
 
 
-def parse_synthetic(spec: str) -> SyntheticConfig:
-    """``synthetic[:k=v,...]`` -> config; unknown keys and bad values are user errors."""
-    _, _, opts = spec.partition(":")
-    known = {f.name: f for f in dataclasses.fields(SyntheticConfig)}
+def _parse_options(spec: str, cls: type[C]) -> C:
+    """``name[:k=v,...]`` -> ``cls(k=v, ...)``; unknown keys and bad values are user errors."""
+    name, _, opts = spec.partition(":")
+    known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     values: dict[str, int | float] = {}
     for item in filter(None, (s.strip() for s in opts.split(","))):
         key, eq, raw = item.partition("=")
         if not eq or key not in known:
-            raise UserError(
-                f"bad synthetic option {item!r}; options are: {', '.join(sorted(known))}"
-            )
+            raise UserError(f"bad {name} option {item!r}; options are: {', '.join(sorted(known))}")
         kind = int if known[key].type in (int, "int") else float
         try:
             values[key] = kind(raw)
         except ValueError:
-            raise UserError(f"synthetic option {key} needs a number, got {raw!r}") from None
+            raise UserError(f"{name} option {key} needs a number, got {raw!r}") from None
     try:
-        return SyntheticConfig(**values)  # type: ignore[arg-type]
+        return cls(**values)
     except ValueError as err:
         raise UserError(str(err)) from None
+
+
+def parse_synthetic(spec: str) -> SyntheticConfig:
+    """``synthetic[:k=v,...]`` -> config; unknown keys and bad values are user errors."""
+    return _parse_options(spec, SyntheticConfig)
+
+
+def parse_fixed(spec: str) -> FixedConfig:
+    """``fixed[:k=v,...]`` -> config; unknown keys and bad values are user errors."""
+    return _parse_options(spec, FixedConfig)
 
 
 def load_workload(
@@ -56,6 +70,8 @@ def load_workload(
     """
     if spec == "synthetic" or spec.startswith("synthetic:"):
         return generate(parse_synthetic(spec))
+    if spec == "fixed" or spec.startswith("fixed:"):
+        return generate_fixed(parse_fixed(spec))
     path = Path(spec)
     try:
         exists = path.is_dir() or path.exists()
@@ -64,6 +80,6 @@ def load_workload(
     if not exists:
         raise UserError(
             f"no such workload {spec!r}: give a trace file or folder (`kvharness workload "
-            "formats` lists what kvharness reads), a recording's folder, or synthetic[:k=v,...]"
+            "formats` lists what kvharness reads), a recording's folder, synthetic[:k=v,...] or fixed[:k=v,...]"
         )
     return formats.load_path(path, fmt, formats.LoadOptions(block_size, tokenizer))
