@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from kvharness.report.html import Run
-    from kvharness.report.io import DeadlineSpec
+    from kvharness.report.io import DeadlineSpec, RunData
     from kvharness.report.metrics import Summary
     from kvharness.report.records import TurnRecord
 
@@ -26,7 +26,8 @@ HELP = "show a run's report, or compare runs side by side (sim or bench run dire
 _RUN_DIR_HELP = (
     "run directory written by `kvharness sim` or `kvharness bench` "
     "(records.jsonl, config.json, summary.json, report.html), or for compare a folder of "
-    "`kvharness env run` (its harness.json: the harness benchmark's figures)"
+    "`kvharness env run` (its harness.json: the harness benchmark's figures); or an NVIDIA "
+    "AIPerf artifacts directory, or its profile_export_aiperf.json or profile_export.jsonl"
 )
 
 
@@ -133,6 +134,7 @@ def run_show(args: argparse.Namespace) -> int:
         sys.stdout.write(summary.to_json().decode() + "\n")
     else:
         _console().print(render_summary(summary))
+        _print_own_figures([run], [summary])
     if args.html:
         _write_html(args.html, [(summary, run.records)])
     if args.csv:
@@ -174,6 +176,7 @@ def run_compare(args: argparse.Namespace) -> int:
                 summaries, args.baseline, rows_are_runs=args.rows, tolerance=args.tolerance
             )
         )
+        _print_own_figures(runs, summaries)
     if args.html:
         order = [args.baseline] + [i for i in range(len(runs)) if i != args.baseline]
         _write_html(args.html, [(summaries[i], runs[i].records) for i in order])
@@ -203,6 +206,16 @@ def _compare_harness(args: argparse.Namespace) -> int:
             raise UserError(f"--html {args.html}: {err.strerror or err}") from None
         print(f"wrote {args.html}", file=sys.stderr)
     return 0
+
+
+def _print_own_figures(runs: Sequence[RunData], summaries: Sequence[Summary]) -> None:
+    """The figures a run's own tool computed (AIPerf's aggregate) beside kvharness's."""
+    from kvharness.report.aiperf import render_own_figures
+
+    for run, summary in zip(runs, summaries, strict=True):
+        table = render_own_figures(run, summary)
+        if table is not None:
+            _console().print(table)
 
 
 def _write_csv(
