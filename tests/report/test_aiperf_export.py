@@ -24,9 +24,9 @@ import pytest
 
 from kvharness.cli import main
 from kvharness.errors import FormatError, UserError
-from kvharness.report.aiperf import AGGREGATE, RECORDS, AIPerfRun
+from kvharness.report.aiperf import AGGREGATE, RECORDS, AIPerfRun, load_any
 from kvharness.report.compare import fmt_value
-from kvharness.report.io import load_run, write_run_report
+from kvharness.report.io import write_run_report
 from kvharness.report.records import TurnRecord
 from kvharness.testing.fake_openai import FakeOpenAI
 
@@ -109,7 +109,7 @@ def test_a_single_turn_run_is_read_request_for_request(single: Path) -> None:
     lines = _lines(single)
     profiled = [x for x in lines if x["metadata"]["benchmark_phase"] == "profiling"]
     assert len(lines) == 6 and len(profiled) == 5  # the warmup request is in the file, not the run
-    run = load_run(single)
+    run = load_any(single)
     assert isinstance(run, AIPerfRun) and run.label == "aiperf:single"
     assert len(run.records) == 5
     t0 = min(min(x["metadata"]["credit_issued_ns"], x["metadata"]["request_start_ns"])
@@ -142,7 +142,7 @@ def test_a_single_turn_run_is_read_request_for_request(single: Path) -> None:
 
 @pytest.mark.slow
 def test_a_multi_turn_run_keeps_aiperfs_conversations_as_sessions(multi: Path) -> None:
-    run = load_run(multi)
+    run = load_any(multi)
     s = run.summarise()
     by_session: dict[str, list[TurnRecord]] = {}
     for r in sorted(run.records, key=lambda r: r.turn):
@@ -176,7 +176,7 @@ def test_only_the_aggregate_gives_aiperfs_figures_and_leaves_the_rest_empty(
     assert not (out / RECORDS).exists() and (out / AGGREGATE).exists()
     doc = json.loads((out / AGGREGATE).read_text())
     for given in (out, out / AGGREGATE):
-        run = load_run(given)
+        run = load_any(given)
         assert isinstance(run, AIPerfRun) and run.records == [] and not run.has_records
         s = run.summarise()
         _same_dist(s.ttft, doc["time_to_first_token"])
@@ -213,7 +213,7 @@ def test_compare_lays_a_kvharness_run_beside_an_aiperf_run(
 
 
 def test_the_checked_in_sample_reads_without_aiperf(capsys: pytest.CaptureFixture[str]) -> None:
-    run = load_run(SAMPLE)
+    run = load_any(SAMPLE)
     assert isinstance(run, AIPerfRun) and run.label == "aiperf:aiperf"
     s = run.summarise()
     assert len(run.records) == 4 and s.sessions == 2 and s.sessions_completed == 2
@@ -226,7 +226,7 @@ def test_the_checked_in_sample_reads_without_aiperf(capsys: pytest.CaptureFixtur
     _same_dist(s.e2e, doc["request_latency"])
     assert run.config["aiperf_version"] == "0.13.0"
     for given in (SAMPLE / RECORDS, SAMPLE / AGGREGATE):  # either file stands for the run
-        assert load_run(given).records == run.records
+        assert load_any(given).records == run.records
     assert main(["report", "show", str(SAMPLE / RECORDS)]) == 0
     assert "AIPerf's own figures (aiperf:aiperf)" in capsys.readouterr().out
 
@@ -247,7 +247,7 @@ def test_a_malformed_line_is_named_by_file_and_line(tmp_path: Path) -> None:
     run = _copy(tmp_path)
     _rewrite_line(run / RECORDS, 2, lambda _: "{not json\n")
     with pytest.raises(FormatError, match=r"profile_export\.jsonl:2: not an AIPerf record"):
-        load_run(run)
+        load_any(run)
 
 
 def test_times_that_run_backwards_are_refused_with_their_line(tmp_path: Path) -> None:
@@ -260,21 +260,21 @@ def test_times_that_run_backwards_are_refused_with_their_line(tmp_path: Path) ->
 
     _rewrite_line(run / RECORDS, 3, late_first_token)
     with pytest.raises(FormatError, match=r"profile_export\.jsonl:3: bad record: time runs back"):
-        load_run(run)
+        load_any(run)
 
 
 def test_a_metric_in_an_unknown_unit_is_refused(tmp_path: Path) -> None:
     run = _copy(tmp_path)
     _rewrite_line(run / RECORDS, 1, lambda s: s.replace('"unit":"ms"', '"unit":"fortnights"'))
     with pytest.raises(FormatError, match=r"profile_export\.jsonl:1: metric \w+: bad value"):
-        load_run(run)
+        load_any(run)
 
 
 def test_a_torn_last_line_is_ignored(tmp_path: Path) -> None:
     run = _copy(tmp_path)
     text = (run / RECORDS).read_text()
     (run / RECORDS).write_text(text + text.splitlines()[0][:50])  # AIPerf killed mid-write
-    assert len(load_run(run).records) == 4
+    assert len(load_any(run).records) == 4
 
 
 def test_a_damaged_aggregate_is_named_by_file_and_line(tmp_path: Path) -> None:
@@ -282,24 +282,24 @@ def test_a_damaged_aggregate_is_named_by_file_and_line(tmp_path: Path) -> None:
     agg = run / AGGREGATE
     agg.write_text(agg.read_text().replace('"unit": "ms"', '"unit": 7', 1))
     with pytest.raises(FormatError, match=r"profile_export_aiperf\.json:\d+: \w+: Expected `str`"):
-        load_run(run)
+        load_any(run)
     agg.write_text("{")
     with pytest.raises(FormatError, match=r"profile_export_aiperf\.json:1: bad JSON"):
-        load_run(run)
+        load_any(run)
 
 
 def test_what_is_not_an_aiperf_export_says_so(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="not a run directory"):
-        load_run(tmp_path)
+        load_any(tmp_path)
     raw = tmp_path / "profile_export_raw.jsonl"
     raw.write_text("{}\n")
     with pytest.raises(UserError, match=r"AIPerf's raw\.jsonl export"):
-        load_run(raw)
+        load_any(raw)
     kv = tmp_path / "kv"
     write_run_report(kv, [], {})
     with pytest.raises(UserError, match="a file of a kvharness run; give its directory"):
-        load_run(kv / "summary.json")
+        load_any(kv / "summary.json")
     other = tmp_path / "other.json"
     other.write_text('{"x": 1}')
     with pytest.raises(FormatError, match=r"other\.json:1: not AIPerf's aggregate export"):
-        load_run(other)
+        load_any(other)

@@ -124,11 +124,11 @@ def _deadline_arg(args: argparse.Namespace) -> DeadlineSpec | None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from kvharness.report.io import load_run
+    from kvharness.report.aiperf import load_any
     from kvharness.report.table import render_summary
 
     deadline = _deadline_arg(args)
-    run = load_run(args.run_dir)
+    run = load_any(args.run_dir)
     summary = run.summarise(deadline)
     if args.json:
         sys.stdout.write(summary.to_json().decode() + "\n")
@@ -143,8 +143,8 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from kvharness.report.aiperf import load_any
     from kvharness.report.compare import compare
-    from kvharness.report.io import load_run
     from kvharness.report.table import render_comparison
 
     if all((Path(d) / "harness.json").is_file() for d in args.run_dirs):
@@ -154,7 +154,7 @@ def run_compare(args: argparse.Namespace) -> int:
         raise UserError(f"--baseline {args.baseline}: give 0..{len(args.run_dirs) - 1}")
     if not 0 <= args.tolerance < 1:
         raise UserError(f"--tolerance must be in [0, 1), got {args.tolerance:g}")
-    runs = [load_run(d) for d in args.run_dirs]
+    runs = [load_any(d) for d in args.run_dirs]
     if deadline is None:
         deadlines = {r.deadline for r in runs}
         if len(deadlines) > 1:

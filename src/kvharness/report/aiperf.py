@@ -64,7 +64,7 @@ from kvharness.errors import FormatError, UserError
 from kvharness.files import read_json
 from kvharness.report.compare import fmt_value
 from kvharness.report.io import RECORDS as KV_RECORDS
-from kvharness.report.io import DeadlineSpec, RunData, check_record
+from kvharness.report.io import DeadlineSpec, RunData, check_record, load_run
 from kvharness.report.metrics import CacheStats, Dist, Summary, Throughput, error_cause
 from kvharness.report.records import TurnRecord
 
@@ -74,6 +74,7 @@ __all__ = [
     "AIPerfFigures",
     "AIPerfRun",
     "is_export",
+    "load_any",
     "load_export",
     "render_own_figures",
 ]
@@ -157,6 +158,15 @@ def is_export(path: str | Path) -> bool:
     if p.is_file():
         return p.suffix in (".json", ".jsonl")
     return p.is_dir() and any(_paths(p))
+
+
+def load_any(path: str | Path) -> RunData:
+    """A kvharness run directory (:func:`~kvharness.report.io.load_run`), or an AIPerf export
+    where ``path`` is one: what ``kvharness report`` reads."""
+    p = Path(path)
+    if not (p / KV_RECORDS).is_file() and is_export(p):
+        return load_export(p)
+    return load_run(p)
 
 
 def load_export(path: str | Path) -> AIPerfRun:

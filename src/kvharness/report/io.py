@@ -11,7 +11,6 @@
 and ``"deadline"`` for goodput: seconds (``600``), or a factor of each session's lower bound
 (``"1.5x"``) with ``"lower_bounds"`` ({session id: seconds}, what the session would take on an idle
 cluster; the simulator writes them). Reports are always recomputed from ``records.jsonl``.
-:func:`load_run` also reads an AIPerf artifacts directory (or either of its exports) as a run.
 """
 
 from __future__ import annotations
@@ -270,14 +269,9 @@ def _read_json_object(path: Path) -> dict[str, Any]:
 
 
 def load_run(run_dir: str | Path) -> RunData:
-    """Read a run directory, or an NVIDIA AIPerf export (:mod:`kvharness.report.aiperf`); clear
-    one-line errors when it is missing or malformed."""
+    """Read a run directory; clear one-line errors when it is missing or malformed
+    (:func:`kvharness.report.aiperf.load_any` also reads an AIPerf export as a run)."""
     path = Path(run_dir)
-    if not (path / RECORDS).is_file():
-        from kvharness.report import aiperf  # it builds on RunData: imported here, not at the top
-
-        if aiperf.is_export(path):
-            return aiperf.load_export(path)
     if not path.is_dir():
         raise UserError(f"{path}: no such run directory")
     records_path = path / RECORDS
