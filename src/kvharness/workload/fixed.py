@@ -18,43 +18,35 @@ its ``--concurrency`` (or ``--rate``) lets it, and reports them as requests, not
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import asdict, dataclass
 
 from kvharness.workload.chain import ChainBuilder
 from kvharness.workload.model import Arrival, Session, Turn, Workload
+from kvharness.workload.synthetic import bounded, check_bounds
 
 __all__ = ["FixedConfig", "generate_fixed"]
 
 _TOKENS = 10_000_000
 
 
-def _opt(default: Any, help: str, lo: float, hi: float) -> Any:
-    return field(default=default, metadata={"help": help, "bounds": (lo, hi)})
-
-
 @dataclass(frozen=True)
 class FixedConfig:
     """Options of ``fixed:key=value,...``; each has its help string and bounds."""
 
-    requests: int = _opt(40, "number of requests", 1, 1_000_000)
-    input: int = _opt(1000, "prompt tokens per request", 1, _TOKENS)
-    output: int = _opt(32, "output tokens per request", 1, _TOKENS)
-    spread: float = _opt(
+    requests: int = bounded(40, "number of requests", 1, 1_000_000)
+    input: int = bounded(1000, "prompt tokens per request", 1, _TOKENS)
+    output: int = bounded(32, "output tokens per request", 1, _TOKENS)
+    spread: float = bounded(
         0.0, "lengths drawn uniformly from [x(1-F), x(1+F)] (0: all alike)", 0, 0.99
     )
-    shared_prefix: float = _opt(
+    shared_prefix: float = bounded(
         0.0, "fraction of each input that is one prefix common to every request", 0, 1
     )
-    block_size: int = _opt(128, "block size of the chains (tokens)", 1, 1 << 20)
-    seed: int = _opt(0, "random seed of the spread and of the requests' contents", 0, 2**63 - 1)
+    block_size: int = bounded(128, "block size of the chains (tokens)", 1, 1 << 20)
+    seed: int = bounded(0, "random seed of the spread and of the requests' contents", 0, 2**63 - 1)
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            lo, hi = f.metadata["bounds"]
-            if not lo <= value <= hi:  # NaN fails too
-                raise ValueError(f"fixed option {f.name} must be in [{lo:g}, {hi:g}], got {value}")
+        check_bounds(self, "fixed")
 
 
 def _draw(rng: random.Random, x: int, spread: float) -> int:

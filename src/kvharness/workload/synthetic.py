@@ -24,16 +24,26 @@ from typing import TypeVar
 from kvharness.workload.chain import ChainBuilder
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 
-__all__ = ["TOOLS", "SyntheticConfig", "generate"]
+__all__ = ["TOOLS", "SyntheticConfig", "bounded", "check_bounds", "generate"]
 
 
 T = TypeVar("T")
 
 
-def _opt(default: T, help: str, lo: float, hi: float) -> T:
-    """A dataclass field with its help string and its bounds ``[lo, hi]`` (the CLI shows both;
-    :meth:`SyntheticConfig.__post_init__` checks them)."""
+def bounded(default: T, help: str, lo: float, hi: float) -> T:
+    """A generator option: a dataclass field with its help string and its bounds ``[lo, hi]``
+    (the CLI shows both; :func:`check_bounds` checks them)."""
     return field(default=default, metadata={"help": help, "bounds": (lo, hi)})
+
+
+def check_bounds(config: object, name: str) -> None:
+    """Raise ValueError naming the first option of ``config`` (a dataclass of :func:`bounded`
+    fields, spelled ``name:...``) outside its bounds."""
+    for f in fields(config):  # type: ignore[arg-type]
+        value = getattr(config, f.name)
+        lo, hi = f.metadata["bounds"]
+        if not lo <= value <= hi:  # NaN fails too
+            raise ValueError(f"{name} option {f.name} must be in [{lo:g}, {hi:g}], got {value}")
 
 
 _TOKENS = 10_000_000
@@ -44,40 +54,34 @@ _TOKENS = 10_000_000
 class SyntheticConfig:
     """Options of the generator; each has a help string (shown by ``kvharness workload --help``)."""
 
-    sessions: int = _opt(
+    sessions: int = bounded(
         32, "number of agent sessions (about 0.4 MB each at the defaults)", 1, 100_000
     )
-    repos: int = _opt(4, "repositories; sessions are spread over them", 1, 100_000)
-    steps_median: float = _opt(
+    repos: int = bounded(4, "repositories; sessions are spread over them", 1, 100_000)
+    steps_median: float = bounded(
         70.0, "median model calls per session (lognormal; mean ~84)", 1, 10_000
     )
-    steps_sigma: float = _opt(0.6, "lognormal sigma of calls per session", 0.01, 4)
-    steps_max: int = _opt(300, "cap on calls per session", 1, 10_000)
-    system_tokens: int = _opt(2000, "system prompt tokens, shared by all sessions", 1, _TOKENS)
-    repo_tokens_median: float = _opt(24000.0, "median repository context tokens", 1, _TOKENS)
-    task_tokens: int = _opt(400, "task description tokens, one per session", 1, _TOKENS)
-    append_median: float = _opt(600.0, "median tool-output tokens appended per step", 1, _TOKENS)
-    append_sigma: float = _opt(0.9, "lognormal sigma of appended tokens", 0.01, 4)
-    output_median: float = _opt(150.0, "median output tokens per call", 1, _TOKENS)
-    output_sigma: float = _opt(0.7, "lognormal sigma of output tokens", 0.01, 4)
-    rewrite_prob: float = _opt(
+    steps_sigma: float = bounded(0.6, "lognormal sigma of calls per session", 0.01, 4)
+    steps_max: int = bounded(300, "cap on calls per session", 1, 10_000)
+    system_tokens: int = bounded(2000, "system prompt tokens, shared by all sessions", 1, _TOKENS)
+    repo_tokens_median: float = bounded(24000.0, "median repository context tokens", 1, _TOKENS)
+    task_tokens: int = bounded(400, "task description tokens, one per session", 1, _TOKENS)
+    append_median: float = bounded(600.0, "median tool-output tokens appended per step", 1, _TOKENS)
+    append_sigma: float = bounded(0.9, "lognormal sigma of appended tokens", 0.01, 4)
+    output_median: float = bounded(150.0, "median output tokens per call", 1, _TOKENS)
+    output_sigma: float = bounded(0.7, "lognormal sigma of output tokens", 0.01, 4)
+    rewrite_prob: float = bounded(
         0.06, "chance per step that the harness rewrites history (compaction): a miss", 0, 1
     )
-    max_context: int = _opt(
+    max_context: int = bounded(
         256_000, "a session ends when its context would exceed this", 1, _TOKENS
     )
-    rate: float = _opt(0.2, "session arrivals per second (Poisson)", 1e-6, 1e6)
-    block_size: int = _opt(128, "block size of the generated chains (tokens)", 1, 1 << 20)
-    seed: int = _opt(0, "random seed", 0, 2**63 - 1)
+    rate: float = bounded(0.2, "session arrivals per second (Poisson)", 1e-6, 1e6)
+    block_size: int = bounded(128, "block size of the generated chains (tokens)", 1, 1 << 20)
+    seed: int = bounded(0, "random seed", 0, 2**63 - 1)
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            lo, hi = f.metadata["bounds"]
-            if not lo <= value <= hi:  # NaN fails too
-                raise ValueError(
-                    f"synthetic option {f.name} must be in [{lo:g}, {hi:g}], got {value}"
-                )
+        check_bounds(self, "synthetic")
 
 
 @dataclass(frozen=True, slots=True)
