@@ -281,3 +281,21 @@ def gateway_thread() -> Iterator[Callable[..., GatewayThread]]:
     yield make
     for g in made:
         g.close()
+
+
+def reset_remedy(url: str) -> str:
+    return (
+        f"or reset the engine's prefix cache (POST {url}/reset_prefix_cache, served with "
+        "VLLM_SERVER_DEV_MODE=1) just before starting the gateway"
+    )
+
+
+def joined_late_without_replay(url: str, at: int) -> str:
+    """The whole warning for a gateway that joined ``url``'s stream at batch ``at``."""
+    return (
+        f"gateway joined {url}'s KV event stream at batch {at}: the blocks that engine cached in "
+        f"batches 0..{at - 1} are unknown to the index, so requests that would hit them are "
+        "routed as misses until that engine evicts them or they are routed there again; to "
+        'recover them, set "replay_endpoint": "tcp://*:PORT" in the engine\'s --kv-events-config '
+        f"and give it to the gateway as --kv-replay {url}=tcp://*:PORT, " + reset_remedy(url)
+    )

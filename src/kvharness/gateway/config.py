@@ -64,7 +64,11 @@ class GatewayConfig:
     )
     kv_replay: Mapping[str, str] = opt(
         factory=dict,
-        help="a backend's vLLM KV-event replay endpoint, used to recover lost events; repeatable",
+        help='a backend\'s vLLM KV-event replay endpoint, the "replay_endpoint" of its '
+        "--kv-events-config (tcp://*:PORT: vLLM binds it, the gateway connects to the backend's "
+        "host): the events the engine published before the gateway started are read from it "
+        'at start (as many as its "buffer_steps" keep), and batches lost in transit are '
+        "fetched from it; repeatable",
         metavar="URL=ENDPOINT",
     )
     kv_topic: str = opt("", help="KV-event topic to subscribe to", default_means="all")

@@ -63,6 +63,11 @@ class HashTranslator:
         self.recovering = True
         self._quiet = 0
 
+    def stop_recovery(self) -> None:
+        """Every block the engine holds is known again: stop learning routes, forget them."""
+        self.recovering = False
+        self._learned.clear()
+
     def learn_route(
         self, own_hashes: Sequence[int], token_ids: Sequence[int], block_size: int
     ) -> None:
@@ -104,8 +109,7 @@ class HashTranslator:
         if own is not None:
             self._quiet += 1
             if self.recovering and self._quiet >= self.recovery_stores:
-                self.recovering = False
-                self._learned.clear()
+                self.stop_recovery()
             return own
         assert event.parent_block_hash is not None
         self._quiet = 0

@@ -15,7 +15,9 @@ Events
 Replay
     vLLM's replay socket (a ROUTER) answers ``[b"", start_seq]`` with ``[b"", topic, seq,
     payload]`` for every buffered batch from ``start_seq`` on, then ``[b"", b"", -1, b""]``
-    (vLLM 0.32; earlier versions sent no topic frame; both are accepted).
+    (vLLM 0.32; earlier versions sent no topic frame; both are accepted). It keeps the last
+    ``buffer_steps`` batches of its ``--kv-events-config`` (10000 by default): asked for older
+    ones, it answers from the oldest it still holds.
 
 Elsewhere
     :mod:`kvharness.gateway.hash_translator` renames engine hashes to the gateway's;

@@ -74,6 +74,16 @@ class _StateCollector(Collector):
             PREFIX + "kv_event_stale_marks", "Times the replica's index was dropped as stale",
             labels=["replica"],
         )  # fmt: skip
+        late = CounterMetricFamily(
+            PREFIX + "kv_event_late_joins",
+            "Times the gateway joined the replica's event stream after batches it did not get",
+            labels=["replica"],
+        )
+        missed = CounterMetricFamily(
+            PREFIX + "kv_event_batches_missed_at_join",
+            "Event batches the replica published before the gateway joined its stream",
+            labels=["replica"],
+        )
         for i, r in enumerate(reps):
             lbl = [r.url]
             up.add_metric(lbl, 1.0 if r.healthy else 0.0)
@@ -88,7 +98,9 @@ class _StateCollector(Collector):
                 ev.add_metric(lbl, st.events)
                 gaps.add_metric(lbl, st.gaps)
                 stale.add_metric(lbl, st.stale_marks)
-        yield from (up, fl, pend, rate, size, lag, age, ev, gaps, stale)
+                late.add_metric(lbl, st.late_joins)
+                missed.add_metric(lbl, st.missed_at_join)
+        yield from (up, fl, pend, rate, size, lag, age, ev, gaps, stale, late, missed)
         hs = self._hasher()
         tok = CounterMetricFamily(
             PREFIX + "prompt_tokens_hashed", "Prompt tokens hashed, by how", labels=["how"]

@@ -13,7 +13,8 @@ Discovery and load
 
 KV events
     One :class:`~kvharness.gateway.kv_subscriber.KVEventSubscriber` task per replica that
-    publishes them, feeding the prefix index.
+    publishes them, feeding the prefix index (``mark_stale`` drops a replica's entries after
+    events were lost mid-stream; joining an engine's stream late drops nothing).
 
 Tokenizer probe
     Whether a replica tokenises text as the gateway does, asked once of its ``/tokenize`` (again
@@ -303,6 +304,9 @@ class Replicas:
                     "replays": st.replays,
                     "stale_marks": st.stale_marks,
                     "last_seq": st.last_seq,
+                    "joined_at": st.joined_at,
+                    "late_joins": st.late_joins,
+                    "missed_at_join": st.missed_at_join,
                     "lag_s": round(st.last_lag_s, 4),
                     "age_s": round(time.time() - st.last_batch_at, 3) if st.last_batch_at else None,
                     "recovering": sub.translator.recovering,
