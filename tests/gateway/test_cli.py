@@ -59,6 +59,27 @@ def test_gateway_process_and_status_view(fake_backends: Any, tiny_model_dir: Pat
         proc.wait(10)
 
 
+def test_the_status_table_keeps_replica_urls_whole_on_a_narrow_terminal() -> None:
+    from rich.console import Console
+
+    from kvharness.cli._gateway_status import render_status
+
+    events = {"events": 9, "gaps": 0, "stale_marks": 0, "missed_at_join": 471, "lag_s": 0.002}
+    replica = {"healthy": True, "inflight": 0, "pending_prefill_tokens": 0,
+               "prefill_tokens_per_s": 1234.5, "index_blocks": 7, "kv_events": events}  # fmt: skip
+    status = {
+        "policy": "agent_aware",
+        "block_size": 128,
+        "replicas": [{"url": f"http://127.0.0.1:{port}", **replica} for port in (18000, 18001)],
+    }
+    console = Console(width=100, record=True, force_terminal=False)
+    console.print(render_status(status))
+    shown = console.export_text()
+    assert "http://127.0.0.1:18000" in shown and "http://127.0.0.1:18001" in shown
+    assert "missed" in shown and shown.count("471") == 2 and "1234.5" in shown
+    assert max(len(line) for line in shown.splitlines()) <= 100
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

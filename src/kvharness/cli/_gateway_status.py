@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import msgspec
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -44,13 +45,10 @@ def render_status(status: dict[str, Any]) -> Group:
         f"policy {status.get('policy')}  block size {status.get('block_size')}  "
         f"uptime {status.get('uptime_s')} s  tokenizer {status.get('tokenizer') or '-'}"
     )
-    table = Table(title="replicas", expand=False)
-    for col in ("replica", "up", "in flight", "pending prefill", "prefill tok/s", "index blocks",
-                "events", "gaps", "stale", "lag ms"):  # fmt: skip
-        table.add_column(col, justify="right" if col not in ("replica", "up") else "left")
+    rows = []
     for r in status.get("replicas", []):
         ev = r.get("kv_events") or {}
-        table.add_row(
+        rows.append([
             str(r.get("url")),
             "[green]up[/]" if r.get("healthy") else "[red]down[/]",
             str(r.get("inflight")),
@@ -60,8 +58,18 @@ def render_status(status: dict[str, Any]) -> Group:
             str(ev.get("events", "-")),
             str(ev.get("gaps", "-")),
             str(ev.get("stale_marks", "-")),
+            str(ev.get("missed_at_join", "-")),
             f"{1000 * ev['lag_s']:.1f}" if ev.get("lag_s") is not None else "-",
-        )
+        ])  # fmt: skip
+    # Two-line headers and one-space gaps fit a 100-column terminal; where one is narrower, a
+    # cell folds onto a second line rather than being cut.
+    table = Table(title="replicas", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
+    heads = ("replica", "up", "in\nflight", "pending\nprefill", "prefill\ntok/s", "index\nblocks",
+             "events", "gaps", "stale", "missed\nat join", "lag\nms")  # fmt: skip
+    for k, col in enumerate(heads):
+        table.add_column(col, justify="left" if k < 2 else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
     h = status.get("hashing", {})
     total = h.get("tokens_total") or 0
     reused = h.get("tokens_reused") or 0
