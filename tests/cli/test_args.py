@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kvharness.cli import build_parser
 from kvharness.cli._args import bounded, output_dir, output_file, positive_float, positive_int
 from kvharness.errors import UserError
 
@@ -113,3 +114,33 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
         assert proc.wait(timeout=120) == 141
         assert proc.stderr.read() == b""
     assert stdout.is_symlink()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["workload", "convert", "fixed", "out.jsonl", "--to", "mooncake"],
+        ["workload", "convert", "--to", "mooncake", "fixed", "out.jsonl"],
+        ["workload", "convert", "fixed", "--to", "mooncake", "out.jsonl"],
+    ],
+)
+def test_options_may_sit_between_positionals(argv: list[str]) -> None:
+    args = build_parser().parse_args(argv)
+    assert (args.spec, args.output, args.to) == ("fixed", "out.jsonl", "mooncake")
+
+
+def test_options_may_sit_between_many_positionals() -> None:
+    args = build_parser().parse_args(["report", "compare", "a", "--json", "b", "--deadline", "5"])
+    assert (args.run_dirs, args.json, args.deadline) == (["a", "b"], True, "5")
+
+
+def test_an_optional_positional_before_a_required_one_is_still_optional() -> None:
+    args = build_parser().parse_args(["workload", "convert", "--to", "mooncake", "out.jsonl"])
+    assert (args.spec, args.output) == ("synthetic", "out.jsonl")
+
+
+def test_a_stray_positional_is_still_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["workload", "convert", "fixed", "out.jsonl", "more"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: more" in capsys.readouterr().err

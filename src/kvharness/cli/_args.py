@@ -13,7 +13,7 @@ import argparse
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -33,7 +33,29 @@ __all__ = [
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (``PROG: error: MESSAGE``), exit status 2."""
+    """An argument parser whose errors are one line (``PROG: error: MESSAGE``), exit status 2.
+
+    A parser without subcommands takes its options anywhere among its positionals
+    (``convert SPEC --to FMT OUT`` reads as ``convert --to FMT SPEC OUT``), by argparse's
+    intermixed parsing; a parser with subcommands parses as argparse does, as intermixed parsing
+    cannot hand the rest of the line to a subcommand. Subcommand parsers are of this class too
+    (``add_subparsers`` makes its parsers of the parent's class), so every leaf intermixes.
+    """
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # Older Pythons' intermixed parsing calls parse_known_args itself, twice: those inner
+        # calls must parse plainly.
+        if self._intermixing or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return super().parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
