@@ -6,6 +6,7 @@ import argparse
 import datetime as _dt
 import itertools
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -231,7 +232,8 @@ def sweep(args: argparse.Namespace, clusters: list[str], policies: list[str], ou
         )
         for c, load, p in grid
     ]
-    console = Console() if sys.stdout.isatty() else Console(width=140)
+    # Piped, rich would assume 80 columns: the tables' width then, unless COLUMNS says.
+    console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=140)
     console.print(
         f"simulating {len(runs)} run(s): {len(policies)} policies x {len(args.load)} loads x "
         f"{len(clusters)} clusters, workload {args.workload!r}",

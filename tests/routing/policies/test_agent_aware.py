@@ -246,3 +246,9 @@ def test_pooled_rate_takes_every_replica_at_the_mean_measured_rate(
     p = AgentAware(pooled_rate=True)
     assert p.choose(q, reps, range(len(reps)), [0, 0], 0.0) == (0, "least_time")
     assert p.ttft(q, reps[1], 0) == pytest.approx(5600 / 5000)
+
+
+@pytest.mark.parametrize("option", [{"compute_weight": -1.0}, {"externality": -0.5}])
+def test_a_negative_weight_is_refused(option: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=">= 0"):
+        AgentAware(**option)

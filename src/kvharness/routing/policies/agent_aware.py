@@ -102,6 +102,11 @@ class AgentAware(Policy):
     ) -> None:
         if context_cost < 0 or move_ratio < 1 or default_prefill_tokens_per_s <= 0:
             raise ValueError("need context_cost >= 0, move_ratio >= 1, a positive default rate")
+        if externality < 0 or compute_weight < 0:
+            raise ValueError(
+                f"need externality >= 0 and compute_weight >= 0 (seconds of wait per second of "
+                f"prefill), got {externality:g} and {compute_weight:g}"
+            )
         self.context_cost = context_cost
         self.move_slack_s = move_slack_s
         self.move_ratio = move_ratio
