@@ -293,22 +293,29 @@ async def test_engine_counters_through_the_gateway_and_abandoned_requests_abort(
         found = vllm.totals(text or "", ("vllm:num_requests_running", "vllm:num_requests_waiting"))
         return sum(found.values())
 
+    async def generated() -> float:
+        text = await vllm.metrics_text(wire, rep.url)
+        return vllm.totals(text or "", ("vllm:generation_tokens",))["vllm:generation_tokens"]
+
+    generated_before = await generated()
     body = json.dumps({"model": rep.model, "messages": msgs, "max_tokens": 2000,
-                       "ignore_eos": True}).encode()  # fmt: skip
-    _, writer = await asyncio.open_connection("127.0.0.1", gw.port)
-    writer.write(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
-    )
-    await writer.drain()
-    deadline = asyncio.get_running_loop().time() + 60
-    while await running() == 0:
-        assert asyncio.get_running_loop().time() < deadline, "the request never ran"
-        await asyncio.sleep(0.05)
-    writer.close()
+                       "ignore_eos": True, "stream": True}).encode()  # fmt: skip
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    try:
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+        )
+        await writer.drain()
+        # The request runs once its first token streams back (a poll of the engine's gauges can
+        # be held up behind a busy engine until the request is over).
+        await asyncio.wait_for(reader.readuntil(b"data: "), timeout=60)
+    finally:
+        writer.close()
     await until(lambda: sum(gw.router.inflight) == 0, timeout=10)
     deadline = asyncio.get_running_loop().time() + 30
     while await running() > 0:
         assert asyncio.get_running_loop().time() < deadline, "vLLM kept the abandoned request"
         await asyncio.sleep(0.1)
+    assert await generated() - generated_before < 2000  # stopped, not run to its end
     wire.close()
