@@ -42,6 +42,7 @@ from pathlib import Path
 from kvharness.report.aiperf import AGGREGATE, load_any
 from kvharness.report.metrics import Summary
 from kvharness.testing import ReplicaConfig, ensure_tiny_model
+from kvharness.testing.aiperf import HUB_REPO, hub_cache
 from kvharness.testing.procs import stop_process, wait_up
 from kvharness.testing.vllm import VllmReplica, free_port, start_replica, start_replicas
 from kvharness.wire import blocking, vllm
@@ -50,7 +51,6 @@ from kvharness.workload.recording import read_requests
 
 REPO = Path(__file__).resolve().parents[1]
 AIPERF = REPO / ".venv-aiperf" / "bin" / "aiperf"
-TOKENIZER = "local/tokenizer"  # the tiny model's tokenizer as a repo of the Hub cache made here
 
 # vLLM's histograms (seconds): means over a run from the differences of their _sum and _count.
 REFEREE = {
@@ -58,19 +58,6 @@ REFEREE = {
     "itl": "vllm:inter_token_latency_seconds",
     "e2e": "vllm:e2e_request_latency_seconds",
 }
-
-
-def hub_cache(model: Path, root: Path) -> Path:
-    """A Hub cache holding ``model``'s tokenizer as the repo :data:`TOKENIZER`."""
-    repo = root / "models--local--tokenizer"
-    commit = "0" * 40
-    (repo / "snapshots").mkdir(parents=True, exist_ok=True)
-    link = repo / "snapshots" / commit
-    if not link.exists():
-        link.symlink_to(model, target_is_directory=True)
-    (repo / "refs").mkdir(exist_ok=True)
-    (repo / "refs" / "main").write_text(commit)
-    return root
 
 
 def histograms(rep: VllmReplica) -> dict[str, float]:
@@ -107,7 +94,7 @@ def aiperf(url: str, out: Path, hub: Path, *args: str) -> None:
     if not AIPERF.exists():
         raise SystemExit(f"no AIPerf environment at {AIPERF}: run `make aiperf`")
     cmd = [str(AIPERF), "profile", "--model", "tiny-llama", "--url", url,
-           "--endpoint-type", "chat", "--streaming", "--tokenizer", TOKENIZER,
+           "--endpoint-type", "chat", "--streaming", "--tokenizer", HUB_REPO,
            "--random-seed", "1", "--ui", "none", "--no-server-metrics",
            "--extra-inputs", "ignore_eos:true",
            "--use-server-token-count", "--artifact-dir", str(out), *args]  # fmt: skip
@@ -302,7 +289,8 @@ def main() -> None:
     print(f"runs in {args.out}", flush=True)
     t0 = time.monotonic()
     model = ensure_tiny_model(REPO / ".cache" / "tiny-llama")
-    hub = hub_cache(model, args.out / "hub")
+    hub = args.out / "hub"
+    hub_cache(model, hub)
     if args.only in (None, "fixed"):
         fixed(args, model, hub)
     if args.only in (None, "sessions"):

@@ -28,6 +28,7 @@ from kvharness.report.aiperf import AGGREGATE, RECORDS, AIPerfRun, load_any
 from kvharness.report.compare import fmt_value
 from kvharness.report.io import write_run_report
 from kvharness.report.records import TurnRecord
+from kvharness.testing.aiperf import hub_cache
 from kvharness.testing.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,12 +41,7 @@ TOKENIZER = "local/tokenizer"
 def hub(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
     """A Hub cache holding the tiny model's tokenizer as the repo ``local/tokenizer``."""
     hub = tmp_path_factory.mktemp("hub")
-    repo = hub / "models--local--tokenizer"
-    commit = "0" * 40
-    (repo / "snapshots").mkdir(parents=True)
-    (repo / "snapshots" / commit).symlink_to(tiny_model_dir, target_is_directory=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
+    assert hub_cache(tiny_model_dir, hub) == TOKENIZER
     return hub
 
 
