@@ -9,6 +9,7 @@ encoded events as tagged arrays (``StoredA`` / ``RemovedA``).
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -281,6 +282,23 @@ def gateway_thread() -> Iterator[Callable[..., GatewayThread]]:
     yield make
     for g in made:
         g.close()
+
+
+def say_hi(url: str) -> dict[str, Any]:
+    """A one-message chat completion through the gateway at ``url``; its answer."""
+    req = urllib.request.Request(
+        url + "/v1/chat/completions",
+        data=json.dumps({"messages": [{"role": "user", "content": "hi there"}]}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    answer: dict[str, Any] = json.loads(urllib.request.urlopen(req, timeout=10).read())
+    return answer
+
+
+KEEP_MORE_REMEDY = (
+    'to keep more for replay, raise "buffer_steps" in the engine\'s --kv-events-config (vLLM '
+    "keeps the last 10000 batches by default)"
+)
 
 
 def reset_remedy(url: str) -> str:

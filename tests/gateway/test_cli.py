@@ -6,15 +6,16 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvharness.cli import main
+from kvharness.testing.procs import wait_up
 from kvharness.testing.vllm import free_port
+
+from .conftest import say_hi
 
 
 def test_gateway_process_and_status_view(fake_backends: Any, tiny_model_dir: Path) -> None:
@@ -27,20 +28,8 @@ def test_gateway_process_and_status_view(fake_backends: Any, tiny_model_dir: Pat
     )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "/health", timeout=1).read()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
-        req = urllib.request.Request(
-            url + "/v1/chat/completions",
-            data=json.dumps({"messages": [{"role": "user", "content": "hi there"}]}).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        assert json.loads(urllib.request.urlopen(req, timeout=10).read())["choices"]
+        wait_up(url + "/health", proc, timeout=60)
+        assert say_hi(url)["choices"]
         out = subprocess.run(
             [sys.executable, "-m", "kvharness", "gateway", "status", "--url", url, "--once"],
             capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},

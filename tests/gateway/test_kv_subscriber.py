@@ -21,7 +21,7 @@ from kvharness.testing.vllm import VllmReplica, free_port
 from kvharness.wire import blocking
 from kvharness.workload.chain import chain_hashes
 
-from .conftest import joined_late_without_replay, reset_remedy
+from .conftest import KEEP_MORE_REMEDY, joined_late_without_replay, reset_remedy
 
 BS = 4
 URL = "http://127.0.0.1:1"
@@ -245,8 +245,7 @@ async def test_gap_the_replay_buffer_no_longer_holds_marks_stale(
         f"endpoint tcp://*:{replay_port} no longer holds batches {first}..{last}; this "
         "replica's index entries were dropped (some may name blocks the engine has since "
         "evicted), so its cached prefixes are routed as misses until new events rebuild them; "
-        'to keep more for replay, raise "buffer_steps" in the engine\'s --kv-events-config '
-        "(vLLM keeps the last 10000 batches by default)"
+        + KEEP_MORE_REMEDY
     ]
 
 
@@ -375,9 +374,10 @@ async def test_join_late_when_the_replay_buffer_lacks_batch_0(
         f"gateway joined {URL}'s KV event stream late, and its replay endpoint "
         f"tcp://*:{replay_port} no longer holds batches 0..3: the blocks that engine cached in "
         "batches 0..3 are unknown to the index, so requests that would hit them are routed as "
-        "misses until that engine evicts them or they are routed there again; to keep more for "
-        'replay, raise "buffer_steps" in the engine\'s --kv-events-config (vLLM keeps the last '
-        "10000 batches by default), " + reset_remedy(URL)
+        "misses until that engine evicts them or they are routed there again; "
+        + KEEP_MORE_REMEDY
+        + ", "
+        + reset_remedy(URL)
     ]
     assert sub.stats.joined_at == 4 and sub.stats.late_joins == 1 and sub.stats.missed_at_join == 4
     assert fed.stale == 0 and sub.stats.gaps == 0 and sub.stats.stale_marks == 0

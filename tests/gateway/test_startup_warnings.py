@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
+from kvharness.testing.procs import wait_up
 from kvharness.testing.vllm import free_port
 
-from .conftest import joined_late_without_replay
+from .conftest import joined_late_without_replay, say_hi
 
 BS = 16
 _STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
@@ -71,25 +72,14 @@ def test_a_normal_start_says_only_what_matters(
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "/health", timeout=1).read()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+        wait_up(url + "/health", proc, timeout=60)
         time.sleep(0.5)  # PUB/SUB: what is published before the subscription settles is lost
         # The engine's next step publishes (the first batch the gateway can see).
         while status(url)["replicas"][0]["kv_events"]["batches"] == 0:
             assert time.monotonic() < deadline
             pub.send([kv_schema.Stored([7], None, list(range(300, 300 + BS)), BS)])
             time.sleep(0.05)
-        req = urllib.request.Request(
-            url + "/v1/chat/completions",
-            data=json.dumps({"messages": [{"role": "user", "content": "hi there"}]}).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        assert json.loads(urllib.request.urlopen(req, timeout=10).read())["choices"]
+        assert say_hi(url)["choices"]
         events = status(url)["replicas"][0]["kv_events"]
     finally:
         proc.send_signal(signal.SIGINT)
