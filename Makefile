@@ -55,6 +55,7 @@ lock:
 	$(PIP_COMPILE) -o $(LOCKS)/vllm.txt $(LOCKS)/vllm.in $(LOCKS)/tools.in
 	$(PIP_COMPILE) -o $(LOCKS)/mini-swe-agent.txt $(LOCKS)/mini-swe-agent.in $(LOCKS)/tools.in
 	$(PIP_COMPILE) -o $(LOCKS)/aiperf.txt $(LOCKS)/aiperf.in $(LOCKS)/tools.in
+	$(PIP_COMPILE) -o $(LOCKS)/routers.txt $(LOCKS)/routers.in $(LOCKS)/tools.in
 	rm -rf .venv-lock
 
 clean:

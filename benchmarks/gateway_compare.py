@@ -43,7 +43,8 @@ Routers and how each is configured (at its best as far as its options go):
 * a kvharness gateway's name followed by ``+FLAG`` (repeatable) gives it ``--FLAG``, e.g.
   ``kvharness+no-forward-token-ids``: text prompts reach vLLM as text.
 
-Peers come from PyPI (``pip install sglang-router vllm-router`` into ``--routers-venv``).
+The peers are pinned releases from PyPI, installed by ``make routers`` into ``.cache/routers``
+(``--routers-venv``).
 
     .venv/bin/python benchmarks/gateway_compare.py [--replicas 2] [--num-gpu-blocks N]
         [--workload SPEC] [--concurrency 8] [--max-sessions 22] [--repeats 1]
