@@ -96,13 +96,30 @@ def test_calibrate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "samples.jsonl:1:" in capsys.readouterr().err
 
 
-def test_run_default_prints_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    rows = run_default(workload=SMALL, cluster="2xH200:llama-3.1-8b", executor="serial")
+def test_run_default_prints_every_policy_at_each_load(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    loads = {"light": 0.25, "near saturation": 1.0}
+    rows = run_default(
+        workload=SMALL, cluster="2xH200:llama-3.1-8b", loads=loads, executor="serial"
+    )
     from kvharness.routing.registry import available_policies
 
-    assert [r.policy for r in rows] == available_policies()
+    names = available_policies()
+    assert [r.policy for r in rows] == names * 2
+    assert [r.load for r in rows] == [0.25] * len(names) + [1.0] * len(names)
     assert all(r.turns > 0 and r.errors == 0 for r in rows)
-    assert "goodput/h" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count("goodput/h") >= 2 and "light, load x0.25" in out
+    # One line per load comparing agent_aware with the best of the others, with that figure.
+    for level, load in loads.items():
+        table = [r for r in rows if r.load == load]
+        ours = next(r for r in table if r.policy == "agent_aware")
+        best = max((r for r in table if r.policy != "agent_aware"), key=lambda r: r.goodput or 0)
+        assert (
+            f"{level} (load x{load:g}): agent_aware {ours.goodput:.1f} sessions/h within the "
+            f"deadline against {best.goodput:.1f} for the best other policy, {best.policy}"
+        ) in " ".join(out.split())
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pytest
@@ -163,37 +164,74 @@ def test_burden_on_requests_already_there_steers_big_prefills_away(
     reps = cluster(2)
     big = req(list(range(500)))  # 8,000 tokens to prefill: 0.8 s at 10,000 tokens/s
     reps[0].running, reps[0].waiting = 2, 1
-    assert p.burden(big, reps[0], 0) == pytest.approx(1.0 * 3 * 0.8)
+    # Nothing sent to r0 yet, so nothing is expected to arrive: only the three there wait.
+    assert p.burden(big, 0, reps[0], 0, 0.0) == pytest.approx(1.0 * 3 * 0.8)
     # With compute_weight 1, r0's own time counts too.
-    assert AgentAware(compute_weight=1.0).burden(big, reps[0], 0) == pytest.approx(4 * 0.8)
-    assert p.burden(big, reps[0], 500) == 0.0  # all cached: nothing to prefill
+    assert AgentAware(compute_weight=1.0).burden(big, 0, reps[0], 0, 0.0) == pytest.approx(4 * 0.8)
+    assert p.burden(big, 0, reps[0], 500, 0.0) == 0.0  # all cached: nothing to prefill
     # Same wait either way; r1 has nobody to hold up.
     assert p.choose(big, reps, range(len(reps)), [0, 0], 0.0) == (1, "least_time")
 
 
-def test_compute_weight_waits_for_a_shared_prefix_being_prefilled(
+def _arrivals(p: AgentAware, req: Req, replica: int, times: list[float]) -> None:
+    """Route a session-less request to ``replica`` at each of ``times``."""
+    for k, t in enumerate(times):
+        p.on_routed(req([k], rid=f"{replica}-{k}"), replica, t)
+
+
+def test_expected_arrivals_follow_the_replicas_arrival_rate(req: Req) -> None:
+    """Arrivals counted over rate_window_s, exponentially weighted: one a second for long
+    enough is a rate of one a second; a replica never sent anything has none."""
+    p = AgentAware(rate_window_s=10.0)
+    _arrivals(p, req, 1, [float(t) for t in range(200)])
+    # count = sum of exp(-k/10) for k = 0..199 (the last arrival at 199), over 10 s.
+    decayed = sum(math.exp(-k / 10) for k in range(200))
+    assert p.arrival_rate(1, 199.0) == pytest.approx(decayed / 10)
+    assert p.arrival_rate(1, 199.0) == pytest.approx(1.05, abs=0.01)  # about one a second
+    assert p.expected_arrivals(1, 2.0, 199.0) == pytest.approx(2 * decayed / 10)
+    # Ten seconds without one: the rate decays by e.
+    assert p.arrival_rate(1, 209.0) == pytest.approx(decayed / 10 / math.e)
+    assert p.arrival_rate(0, 199.0) == 0.0 and p.expected_arrivals(0, 2.0, 199.0) == 0.0
+    # Seen for only 1 s (two arrivals): over what there is, not over the whole window.
+    q = AgentAware(rate_window_s=10.0)
+    _arrivals(q, req, 0, [0.0, 1.0])
+    assert q.arrival_rate(0, 1.0) == pytest.approx((math.exp(-0.1) + 1) / (10 * -math.expm1(-0.1)))
+    assert p.weight(1, 2.0, 199.0) == pytest.approx(0.5 * 2 * decayed / 10)
+    assert AgentAware(compute_weight=0.25).weight(1, 2.0, 199.0) == 0.25
+
+
+def test_a_shared_prefix_being_prefilled_is_waited_for_where_the_other_replica_is_wanted(
     cluster: Cluster, req: Req
 ) -> None:
     """Session b starts while session a prefills their shared 200-block repository context on
-    r0. Waiting for it there is slower for b by one block than prefilling it all on idle r1;
-    with compute_weight 1 the 3,200 tokens r1 would spend again count against r1."""
-    reps = cluster(2)
+    r0. Waiting for it there is slower for b by one block than prefilling it all on r1 (0.3248 s
+    against 0.3216 s). Where nothing comes to r1, b goes there; where requests keep arriving at
+    r1, the 0.32 s it would spend again counts against it."""
     repo = list(range(1000, 1200))
-    reps[0].pending_prefill_tokens, reps[0].running = 3216, 1  # a's [*repo, 1], all new
     b = req([*repo, 2], session="b", rid="b")  # 3,216 tokens, 200 blocks matched on r0
-    # r0: (3,216 queued + 16 new) / 10,000 + burden 1 x 16 / 10,000 = 0.3248 s;
-    # r1: 3,216 / 10,000 = 0.3216 s.
-    assert AgentAware(compute_weight=0.0).choose(b, reps, range(len(reps)), [200, 0], 0.0) == (
+
+    def busy_r0() -> list[ReplicaState]:
+        reps = cluster(2)
+        reps[0].pending_prefill_tokens, reps[0].running = 3216, 1  # a's [*repo, 1], all new
+        return reps
+
+    idle = AgentAware()
+    assert idle.choose(b, busy_r0(), [0, 1], [200, 0], 100.0) == (1, "place")
+    wanted = AgentAware()
+    _arrivals(wanted, req, 1, [90.0 + 0.5 * k for k in range(21)])  # two a second, to t = 100
+    reps = busy_r0()
+    arriving = wanted.arrival_rate(1, 100.0) * 0.3216
+    assert arriving > 0.5
+    assert wanted.burden(b, 1, reps[1], 0, 100.0) == pytest.approx(arriving / 2 * 0.3216)
+    assert wanted.choose(b, reps, [0, 1], [200, 0], 100.0) == (0, "place")
+    # A queue on r0 longer than the re-prefill still sends b to r1.
+    reps[0].pending_prefill_tokens = 10_000
+    assert wanted.choose(b, reps, [0, 1], [200, 0], 100.0) == (1, "place")
+    # With the override, the constant is used whatever comes.
+    assert AgentAware(compute_weight=0.0).choose(b, busy_r0(), [0, 1], [200, 0], 100.0) == (
         1,
         "place",
     )
-    # + 1 x own prefill: r0 0.3248 + 0.0016 = 0.3264 s; r1 0.3216 + 0.3216 = 0.6432 s.
-    p = AgentAware(compute_weight=1.0)
-    assert p.burden(b, reps[1], 0) == pytest.approx(0.3216)
-    assert p.choose(b, reps, range(len(reps)), [200, 0], 0.0) == (0, "place")
-    # A queue on r0 longer than the re-prefill still sends b to r1.
-    reps[0].pending_prefill_tokens = 10_000
-    assert p.choose(b, reps, range(len(reps)), [200, 0], 0.0) == (1, "place")
 
 
 def test_expected_decode_steps_learns_from_sessions(cluster: Cluster, req: Req) -> None:
@@ -248,7 +286,14 @@ def test_pooled_rate_takes_every_replica_at_the_mean_measured_rate(
     assert p.ttft(q, reps[1], 0) == pytest.approx(5600 / 5000)
 
 
-@pytest.mark.parametrize("option", [{"compute_weight": -1.0}, {"externality": -0.5}])
-def test_a_negative_weight_is_refused(option: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match=">= 0"):
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"compute_weight": -1.0}, ">= 0"),
+        ({"externality": -0.5}, ">= 0"),
+        ({"rate_window_s": 0.0}, "rate_window_s > 0"),
+    ],
+)
+def test_a_bad_option_is_refused(option: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         AgentAware(**option)

