@@ -96,6 +96,14 @@ class _Frame:
         return out
 
 
+def _fit(text: str, chars: int) -> str:
+    """``text`` as a label's content, at most ``chars`` characters: a longer one ends in an
+    ellipsis, with the whole text in a ``<title>`` (the browser shows it on hover)."""
+    if len(text) <= chars:
+        return escape(text)
+    return f"{escape(text[: chars - 1].rstrip())}\u2026<title>{escape(text)}</title>"
+
+
 def _svg(plot_id: str, title: str, body: list[str]) -> str:
     head = (
         f'<svg class="plot" id="{escape(plot_id)}" xmlns="http://www.w3.org/2000/svg" '
@@ -112,7 +120,7 @@ def _legend(items: Sequence[tuple[str, str]], dashed: Sequence[bool] = ()) -> li
         dash = ' stroke-dasharray="5,3"' if i < len(dashed) and dashed[i] else ""
         out.append(
             f'<line x1="{W - MR + 10}" x2="{W - MR + 30}" y1="{y}" y2="{y}" stroke="{color}" '
-            f'stroke-width="4"{dash}/><text x="{W - MR + 35}" y="{y + 4}">{escape(name[:20])}</text>'
+            f'stroke-width="4"{dash}/><text x="{W - MR + 35}" y="{y + 4}">{_fit(name, 20)}</text>'
         )
     return out
 
@@ -192,7 +200,7 @@ def stacked_hbars(
         if len(bars) <= 20:
             body.append(
                 f'<text x="{ML - 4}" y="{y + band * 0.4 + 4:.1f}" text-anchor="end" class="small">'
-                f"{escape(label[:10])}</text>"
+                f"{_fit(label, 12)}</text>"
             )
     body += _legend(parts)
     return _svg(plot_id, title, body)
@@ -228,7 +236,7 @@ def grouped_bars(
             )
         body.append(
             f'<text x="{ML + (gi + 0.5) * slot:.1f}" y="{H - MB + 16}" text-anchor="middle">'
-            f"{escape(group[:24])}</text>"
+            f"{_fit(group, 24)}</text>"
         )
     body += _legend([(name, color) for name, _, color in series])
     return _svg(plot_id, title, body)
