@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -130,8 +132,13 @@ def run(args: argparse.Namespace) -> int:
         if config.record is not None:
             what = "hashes, token ids and messages" if config.record_content else "hashes only"
             print(f"recording to {config.record} ({what})", file=sys.stderr, flush=True)
+        # SIGTERM (what a service manager or Kubernetes sends) stops it as Ctrl-C does: requests
+        # in flight are finished, the replicas' event streams closed.
+        stopped = asyncio.Event()
+        with contextlib.suppress(NotImplementedError):  # no signal handlers on this platform
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
         try:
-            await asyncio.Event().wait()
+            await stopped.wait()
         finally:
             await gateway.stop()
 
