@@ -31,6 +31,7 @@ Run: ``.venv/bin/python benchmarks/policy_compare.py`` (``--help`` for options).
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import sys
 import time
@@ -59,10 +60,17 @@ BASE_REPLICAS = 16
 """The cluster size the session counts and rates are given for."""
 
 
+@functools.cache
+def _mooncake_trace() -> Workload:
+    """The whole Mooncake conversation trace, read once per process (each cluster size keeps
+    a part of it)."""
+    return load_workload(str(TRACE / "conversation_trace.jsonl"))
+
+
 def _mooncake(sessions: int, replicas: int) -> Workload:
     """The first ``sessions`` x replicas / 16 sessions of the trace, their start times scaled so
     that each replica gets the session arrival rate of the first ``sessions`` on 16 replicas."""
-    wl = load_workload(str(TRACE / "conversation_trace.jsonl"))
+    wl = _mooncake_trace()
     starts = wl.arrival.start_times(wl.sessions)
     by_start = sorted(range(len(wl.sessions)), key=lambda i: (starts[i], i))
     n = min(len(by_start), max(1, round(sessions * replicas / BASE_REPLICAS)))

@@ -186,15 +186,17 @@ class AgentAware(Policy):
     def arrival_rate(self, replica: int, now: float) -> float:
         """Requests per second routed to ``replica``, exponentially weighted over
         ``rate_window_s`` (while the replica has been seen for less, over what there is)."""
-        seen = self._arrivals.get(replica)
-        if seen is None:
-            return 0.0
-        count, at, first = seen
+        count, first = self._arrivals_as_of(replica, now)
         window = self.rate_window_s
         span = -math.expm1(-max(0.0, now - first) / window)  # the share of the window seen
         if span <= 0:
             return 0.0
-        return count * math.exp(-max(0.0, now - at) / window) / (window * span)
+        return count / (window * span)
+
+    def _arrivals_as_of(self, replica: int, now: float) -> tuple[float, float]:
+        """(arrivals at ``replica``, exponentially decayed to ``now``; when the first came)."""
+        count, at, first = self._arrivals.get(replica, (0.0, now, now))
+        return count * math.exp(-max(0.0, now - at) / self.rate_window_s), first
 
     def _rate(self, r: ReplicaState) -> float:
         """Prefill tokens per second assumed for ``r``: its measured rate, or with
@@ -318,12 +320,8 @@ class AgentAware(Policy):
     # --- bookkeeping -----------------------------------------------------------------------
 
     def on_routed(self, request: RouteRequest, replica: int, now: float) -> None:
-        count, at, first = self._arrivals.get(replica, (0.0, now, now))
-        self._arrivals[replica] = (
-            count * math.exp(-max(0.0, now - at) / self.rate_window_s) + 1,
-            now,
-            first,
-        )
+        count, first = self._arrivals_as_of(replica, now)
+        self._arrivals[replica] = (count + 1, now, first)
         sid = request.session_id
         if sid is None:
             return
