@@ -182,3 +182,23 @@ def test_calibrate_checks_out_before_fitting(
     assert main(["sim", "calibrate", str(tmp_path / "no-samples.jsonl"), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"kvharness sim: error: --out {out}: the folder {out.parent} does not exist"
+
+
+def test_sim_attention_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["sim", "--workload", SMALL, "--policy", "round_robin", "--executor", "serial"]
+    assert main([*base, "--attention", "cascade", "--out", str(tmp_path / "c")]) == 0
+    rows = json.loads((tmp_path / "c" / "sim.json").read_text())["rows"]
+    assert [r["attention"] for r in rows] == ["cascade"]
+    assert rows[0]["decode_step_p50"] > 0 and rows[0]["shared_prefix_share"] is not None
+    run = tmp_path / "c" / "16xH200_llama-3.3-70b" / "load-1" / "round_robin"
+    assert json.loads((run / "config.json").read_text())["attention"] == "cascade"
+    capsys.readouterr()
+    assert run_cli([*base, "--attention", "flash", "--out", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "argument --attention: invalid choice: 'flash' (choose from" in err, err
+    assert not (tmp_path / "f").exists()
+    assert run_cli(["sim", "--help"]) == 0
+    assert "cascade = shared-prefix (cascade) decode attention" in " ".join(
+        capsys.readouterr().out.split()
+    )

@@ -192,3 +192,42 @@ def test_goodput_counts_sessions_within_their_deadline() -> None:
     assert loose.goodput is not None and loose.goodput > 0
     assert tight.sessions_within_deadline == 0 and tight.goodput == 0
     assert loose.bound_ratio_mean is not None and loose.bound_ratio_mean >= 1.0
+
+
+@pytest.fixture(scope="module")
+def crowded() -> Workload:
+    """Sessions on a few repositories arriving close together: decode batches share prefixes."""
+    return generate(SyntheticConfig(sessions=20, steps_median=10, repo_tokens_median=6000, seed=4))
+
+
+def test_cascade_attention_reads_shared_prefixes_once(crowded: Workload) -> None:
+    kw = {"load": 30.0}
+    plain = run(crowded, "2xH200:llama-3.1-8b", **kw)
+    measured = run(crowded, "2xH200:llama-3.1-8b", shared_stats=True, **kw)
+    cascade = run(crowded, "2xH200:llama-3.1-8b", attention="cascade", **kw)
+    check_records(crowded, cascade)
+    assert measured.records == plain.records  # measuring changes nothing
+    assert plain.shared_prefix_share is None  # not measured without shared_stats
+    share = measured.shared_prefix_share
+    assert share is not None and cascade.shared_prefix_share is not None
+    assert 0 < cascade.shared_prefix_share < share < 1
+    p50, p50_cascade = plain.decode_step_p50, cascade.decode_step_p50
+    assert p50 is not None and p50_cascade is not None and p50_cascade < p50
+    assert sum(r.decode_seconds for r in cascade.replicas) < sum(
+        r.decode_seconds for r in plain.replicas
+    )
+    assert cascade.lower_bounds == plain.lower_bounds  # a session alone shares nothing
+
+
+def test_rows_carry_the_decode_figures() -> None:
+    from kvharness.sim.sweep import SimJob, run_job
+
+    spec = "synthetic:sessions=6,steps_median=4,repo_tokens_median=3000,rate=2"
+    cluster = parse_cluster("1xH200:llama-3.1-8b")
+    plain = run_job(SimJob(spec, SimConfig(cluster, "round_robin")))
+    cascade = run_job(SimJob(spec, SimConfig(cluster, "round_robin", attention="cascade")))
+    assert plain.attention == "default" and cascade.attention == "cascade"
+    assert plain.shared_prefix_share is None and cascade.shared_prefix_share is not None
+    assert plain.decode_step_p50 is not None and cascade.decode_step_p50 is not None
+    with pytest.raises(ValueError, match="attention must be default or cascade, got 'flash'"):
+        SimConfig(cluster, attention="flash")

@@ -15,6 +15,7 @@ import msgspec
 from rich.console import Console
 
 from kvharness.cli._args import block_size, non_negative_int, output_dir, output_file, positive_int
+from kvharness.engine.cascade import ATTENTIONS
 from kvharness.errors import UserError
 
 HELP = "simulate a cluster of engine replicas under routing policies (virtual time)"
@@ -86,6 +87,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--eviction", choices=["lru", "ttl"], default="lru", help="KV eviction policy (default lru)"
+    )
+    p.add_argument(
+        "--attention",
+        choices=list(ATTENTIONS),
+        default="default",
+        help="decode attention kernel of every replica: "
+        + "; ".join(f"{k} = {v}" for k, v in ATTENTIONS.items())
+        + " (default: %(default)s)",
     )
     p.add_argument(
         "--cpu-tier-blocks",
@@ -225,6 +234,7 @@ def sweep(args: argparse.Namespace, clusters: list[str], policies: list[str], ou
                 eviction=args.eviction,
                 cpu_tier_blocks=args.cpu_tier_blocks,
                 load=load,
+                attention=args.attention,
             ),
             deadline=args.deadline,
             out=job_dir(out, c, load, p),

@@ -9,6 +9,8 @@ Modules:
 * :mod:`~kvharness.engine.eviction` — LRU, session TTL pinning (Continuum), a CPU offload tier;
   eviction policies by name (``EVICTIONS``, ``make_eviction``).
 * :mod:`~kvharness.engine.cost` — roofline step time; hardware and model presets.
+* :mod:`~kvharness.engine.cascade` — shared-prefix (cascade) decode attention: the KV tokens a
+  decode batch reads when shared blocks are read once (``ATTENTIONS``, ``SharedBlocks``).
 * :mod:`~kvharness.engine.calibrate` — least-squares fit of the cost model's efficiencies.
 * :mod:`~kvharness.engine.replica` — pool + scheduler + cost model, stepped by a driver, with
   closed-form decode runs; its load counters for whoever routes to it.
@@ -16,6 +18,7 @@ Modules:
 """
 
 from kvharness.engine.block_pool import BlockPool, NoFreeBlocks
+from kvharness.engine.cascade import ATTENTIONS, SharedBlocks
 from kvharness.engine.cost import (
     HARDWARE,
     MODELS,
@@ -32,6 +35,7 @@ from kvharness.engine.request import Request
 from kvharness.engine.scheduler import Plan, Scheduler, SchedulerConfig
 
 __all__ = [
+    "ATTENTIONS",
     "HARDWARE",
     "LRU",
     "MODELS",
@@ -50,6 +54,7 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "SessionTTL",
+    "SharedBlocks",
     "StepBatch",
     "ToolTTL",
 ]

@@ -13,9 +13,16 @@ Presets: hardware ``H100``, ``H200``, ``B200``; models ``llama-3.1-8b``, ``llama
 ``qwen3-32b`` and ``moe-230b-a10b`` (230B total / 10B active, shaped like MiniMax-M2). Efficiency
 factors are fitted by :func:`kvharness.engine.calibrate.calibrate` from measured times.
 
+**Decode KV reads.** Attention FLOPs are per query-key pair, always. The bytes decode attention reads
+are ``decode_kv_read`` tokens of KV when the batch gives it, else ``decode_ctx`` (a paged kernel:
+every sequence reads its whole context, shared prefix blocks included). A shared-prefix (cascade)
+kernel reads a block that several sequences share once per step; :mod:`kvharness.engine.cascade`
+works that count out.
+
 For a decode-only batch whose membership does not change, step ``j``'s KV read grows linearly with
-``j``, so the time of ``k`` steps has a closed form (:meth:`CostModel.decode_run_time`) and so does
-the number of steps that fit before a given time (:meth:`CostModel.decode_steps_until`).
+``j`` (``seqs`` new tokens a step, one per sequence, under either kernel), so the time of ``k`` steps
+has a closed form (:meth:`CostModel.decode_run_time`) and so does the number of steps that fit
+before a given time (:meth:`CostModel.decode_steps_until`).
 """
 
 from __future__ import annotations
@@ -193,6 +200,14 @@ class StepBatch(NamedTuple):
     decode_seqs: int = 0
     decode_ctx: int = 0
     """Sum over decode sequences of the tokens they attend to (context + the new one)."""
+    decode_kv_read: int | None = None
+    """Tokens of KV decode attention reads from memory; None: ``decode_ctx`` (each sequence reads
+    its own context). Less under a shared-prefix kernel; attention FLOPs still use ``decode_ctx``."""
+
+    @property
+    def decode_kv(self) -> int:
+        """Tokens of KV decode attention reads (``decode_kv_read``, defaulting to ``decode_ctx``)."""
+        return self.decode_ctx if self.decode_kv_read is None else self.decode_kv_read
 
 
 class CostModel:
@@ -239,10 +254,9 @@ class CostModel:
         tokens = b.prefill_tokens + b.decode_seqs
         if tokens == 0:
             return 0.0
+        kv = b.decode_ctx if b.decode_kv_read is None else b.decode_kv_read
         flops = self._flop_tok * tokens + self._attn * (b.prefill_pairs + b.decode_ctx)
-        nbytes = self.weight_read_bytes(tokens) + self._kvb * (
-            b.prefill_kv_read + b.decode_ctx + tokens
-        )
+        nbytes = self.weight_read_bytes(tokens) + self._kvb * (b.prefill_kv_read + kv + tokens)
         return (
             self._overhead
             + max(flops * self._cbw, nbytes * self._mbw)
@@ -256,36 +270,49 @@ class CostModel:
         if tokens == 0:
             return 0.0, 0.0, 0.0
         eff = self._dep.efficiency
+        kv = b.decode_ctx if b.decode_kv_read is None else b.decode_kv_read
         flops = self._flop_tok * tokens + self._attn * (b.prefill_pairs + b.decode_ctx)
-        nbytes = self.weight_read_bytes(tokens) + self._kvb * (
-            b.prefill_kv_read + b.decode_ctx + tokens
-        )
+        nbytes = self.weight_read_bytes(tokens) + self._kvb * (b.prefill_kv_read + kv + tokens)
         return (
             flops * self._cbw * eff.compute,
             nbytes * self._mbw * eff.memory,
             self.comm_time(tokens),
         )
 
-    # -- decode runs: ``seqs`` sequences, attending to ``ctx0`` tokens in all at step 0, ``seqs``
-    # more at each later step ---------------------------------------------------------------------
+    def kv_read_seconds(self, tokens: float) -> float:
+        """Seconds to read ``tokens`` tokens of KV at the achieved HBM bandwidth (per GPU)."""
+        return self._kvb * tokens * self._mbw
 
-    def _decode_lines(self, seqs: int, ctx0: int) -> tuple[float, float, float, float, float]:
+    def decode_attention_time(self, seqs: int, ctx: int, kv_read: int | None = None) -> float:
+        """The attention part of a decode step alone, as a kernel benchmark times it:
+        ``max(pair FLOPs, KV bytes read)`` at the fitted efficiencies, no weights, no overhead."""
+        kv = ctx if kv_read is None else kv_read
+        return max(self._attn * ctx * self._cbw, self._kvb * (kv + seqs) * self._mbw)
+
+    # -- decode runs: ``seqs`` sequences, attending to ``ctx0`` tokens in all at step 0, ``seqs``
+    # more at each later step; ``kv0`` tokens of KV read at step 0 (None: ``ctx0``), ``seqs`` more
+    # at each later step (the new tokens are each sequence's own) ---------------------------------
+
+    def _decode_lines(
+        self, seqs: int, ctx0: int, kv0: int | None = None
+    ) -> tuple[float, float, float, float, float]:
         """Step j takes ``c + max(a0 + a1 j, b0 + b1 j)``; returns (c, a0, a1, b0, b1)."""
+        kv = ctx0 if kv0 is None else kv0
         a0 = (self._flop_tok * seqs + self._attn * ctx0) * self._cbw
         a1 = self._attn * seqs * self._cbw
-        b0 = (self.weight_read_bytes(seqs) + self._kvb * (ctx0 + seqs)) * self._mbw
+        b0 = (self.weight_read_bytes(seqs) + self._kvb * (kv + seqs)) * self._mbw
         b1 = self._kvb * seqs * self._mbw
         c = self._overhead + (self.comm_time(seqs) if self._tp > 1 else 0.0)
         return c, a0, a1, b0, b1
 
-    def decode_step_time(self, seqs: int, ctx: int) -> float:
-        return self.step_time(StepBatch(decode_seqs=seqs, decode_ctx=ctx))
+    def decode_step_time(self, seqs: int, ctx: int, kv_read: int | None = None) -> float:
+        return self.step_time(StepBatch(decode_seqs=seqs, decode_ctx=ctx, decode_kv_read=kv_read))
 
-    def decode_run_time(self, seqs: int, ctx0: int, k: int) -> float:
+    def decode_run_time(self, seqs: int, ctx0: int, k: int, kv0: int | None = None) -> float:
         """Seconds for ``k`` consecutive decode steps (closed form, O(1))."""
         if k <= 0 or seqs == 0:
             return 0.0
-        c, a0, a1, b0, b1 = self._decode_lines(seqs, ctx0)
+        c, a0, a1, b0, b1 = self._decode_lines(seqs, ctx0, kv0)
         # Steps j < x are bound by the line that is larger at j = 0; from x on by the other.
         if a0 >= b0:
             first, f1, second, s1 = a0, a1, b0, b1
@@ -299,12 +326,14 @@ class CostModel:
         total = c * k + _line_sum(first, f1, 0, x) + _line_sum(second, s1, x, k)
         return total
 
-    def decode_steps_until(self, seqs: int, ctx0: int, budget: float, k_max: int) -> int:
+    def decode_steps_until(
+        self, seqs: int, ctx0: int, budget: float, k_max: int, kv0: int | None = None
+    ) -> int:
         """Smallest ``m`` in ``[1, k_max]`` with ``decode_run_time(m) >= budget`` (k_max if none)."""
         lo, hi = 1, k_max
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.decode_run_time(seqs, ctx0, mid) >= budget:
+            if self.decode_run_time(seqs, ctx0, mid, kv0) >= budget:
                 hi = mid
             else:
                 lo = mid + 1

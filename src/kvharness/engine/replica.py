@@ -18,6 +18,18 @@ duration comes from the cost model's closed form. A request submitted during a r
 the end of the step in progress, exactly where a step-by-step engine would next look at its
 queue. ``jump=False`` steps one by one (the reference the closed form is tested against).
 
+**Attention.** ``attention="cascade"`` plans decode steps with a shared-prefix kernel: blocks that
+several decoding requests share are read once a step (:mod:`kvharness.engine.cascade`); the
+default is the paged kernel. A decode run keeps its membership, so its shared reads stay fixed and
+the closed form takes the step-0 KV read.
+
+**Decode statistics** (for the simulator's summary): ``decode_steps`` and ``decode_seconds`` count
+the steps with at least one decode sequence and their time; ``decode_step_hist`` bins their
+durations (1% wide; a decode run of ``k`` steps adds ``k`` at its mean step time);
+``shared_kv_seconds`` is the time those steps spend reading KV of blocks several of their decode
+sequences share, at the achieved HBM bandwidth (tracked under the default kernel too when
+``track_shared``; 0 otherwise).
+
 **Counters.** ``running``, ``waiting``, ``used_blocks``, ``cached_blocks`` and
 ``pending_prefill_tokens`` read the scheduler and the pool as they are now, and
 ``prefill_tokens_per_s`` is the cost model's full-step prefill rate. A replica knows nothing of
@@ -26,7 +38,10 @@ routers: whoever routes to it (the simulator) copies these into its own view.
 
 from __future__ import annotations
 
+import math
+
 from kvharness.engine.block_pool import BlockPool
+from kvharness.engine.cascade import merge_tokens
 from kvharness.engine.cost import CostModel, Deployment, StepBatch
 from kvharness.engine.events import KVEvent
 from kvharness.engine.eviction import CpuTier, EvictionPolicy, make_eviction
@@ -41,7 +56,8 @@ class Replica:
 
     ``events=True`` records KV events for :meth:`drain_events`. ``cpu_tier_blocks > 0`` adds a
     host-memory tier of that many blocks. ``num_blocks`` overrides the KV capacity computed from
-    the deployment (tests use small pools).
+    the deployment (tests use small pools). ``attention`` is ``default`` or ``cascade``;
+    ``track_shared`` measures shared-prefix reads under the default kernel too.
     """
 
     def __init__(
@@ -55,6 +71,8 @@ class Replica:
         cpu_tier_blocks: int = 0,
         num_blocks: int | None = None,
         jump: bool = True,
+        attention: str = "default",
+        track_shared: bool = False,
     ) -> None:
         self.name = name
         self.deployment = deployment
@@ -77,6 +95,9 @@ class Replica:
             config or SchedulerConfig(),
             eviction if eviction is not None else make_eviction("lru"),
             self.cpu_tier,
+            attention=attention,
+            merge_tokens=merge_tokens(deployment),
+            track_shared=track_shared,
         )
         self.jump = jump
         budget = self.scheduler.config.max_num_batched_tokens
@@ -94,11 +115,17 @@ class Replica:
         """Wake-ups handled (a decode run costs one)."""
         self.prefill_tokens = 0
         self.decode_tokens = 0
+        self.decode_steps = 0
+        self.decode_seconds = 0.0
+        self.shared_kv_seconds = 0.0
+        self.decode_step_hist: dict[int, int] = {}
+        """Decode step durations: bin ``round(100 ln(seconds))`` -> steps."""
         self._plan: Plan | None = None
         self._k = 1
         self._start = 0.0
         self._run_seqs = 0
         self._run_ctx = 0
+        self._run_kv: int | None = None
 
     # -- driver interface ----------------------------------------------------------------------
 
@@ -115,12 +142,11 @@ class Replica:
             return None
         if self._k > 1 and not waiting_before:
             elapsed = now - self._start
-            m = self.cost.decode_steps_until(self._run_seqs, self._run_ctx, elapsed, self._k)
+            seqs, ctx, kv = self._run_seqs, self._run_ctx, self._run_kv
+            m = self.cost.decode_steps_until(seqs, ctx, elapsed, self._k, kv)
             if m < self._k:
                 self._k = m
-                return self._set_wake(
-                    self._start + self.cost.decode_run_time(self._run_seqs, self._run_ctx, m)
-                )
+                return self._set_wake(self._start + self.cost.decode_run_time(seqs, ctx, m, kv))
         return None
 
     def wake(self, now: float) -> list[Request]:
@@ -131,15 +157,19 @@ class Replica:
         plan = self._plan
         sched = self.scheduler
         if plan is not None:
-            if self._k > 1:
-                finished = sched.advance_decode([r for r, _ in plan.items], self._k, now)
-                self.steps += self._k
-                self.decode_tokens += self._k * self._run_seqs
+            k = self._k
+            if k > 1:
+                finished = sched.advance_decode([r for r, _ in plan.items], k, now)
+                self.steps += k
+                self.decode_tokens += k * self._run_seqs
+                self._count_decode(k, now - self._start, plan.shared_kv)
             else:
                 finished = sched.postprocess(plan, now)
                 self.steps += 1
                 self.prefill_tokens += plan.batch.prefill_tokens
                 self.decode_tokens += plan.batch.decode_seqs
+                if plan.batch.decode_seqs:
+                    self._count_decode(1, now - self._start - plan.load_seconds, plan.shared_kv)
             self.busy_seconds += now - self._start
             self._plan = None
         self.next_wake = None
@@ -186,6 +216,16 @@ class Replica:
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _count_decode(self, k: int, seconds: float, shared_kv: int) -> None:
+        self.decode_steps += k
+        self.decode_seconds += seconds
+        if shared_kv:
+            self.shared_kv_seconds += k * self.cost.kv_read_seconds(shared_kv)
+        if seconds > 0.0:
+            b = round(100.0 * math.log(seconds / k))
+            hist = self.decode_step_hist
+            hist[b] = hist.get(b, 0) + k
+
     def _set_wake(self, t: float) -> float:
         self.version += 1
         self.next_wake = t
@@ -219,8 +259,9 @@ class Replica:
                 k = sched.decode_block_limit(reqs, k_max)
                 if k > 1:
                     self._k = k
-                    self._run_seqs = plan.batch.decode_seqs
-                    self._run_ctx = plan.batch.decode_ctx
-                    self._set_wake(now + cost.decode_run_time(self._run_seqs, self._run_ctx, k))
+                    seqs = self._run_seqs = plan.batch.decode_seqs
+                    ctx = self._run_ctx = plan.batch.decode_ctx
+                    kv = self._run_kv = plan.batch.decode_kv_read
+                    self._set_wake(now + cost.decode_run_time(seqs, ctx, k, kv))
                     return
         self._set_wake(now + cost.step_time(plan.batch) + plan.load_seconds)

@@ -5,6 +5,12 @@ chunked prefill, and preemption by recompute (the latest running request) when b
 ``schedule(now)`` returns a :class:`Plan` and allocates the blocks it needs; the caller executes
 the plan (the simulator with the cost model) and calls ``postprocess(plan, end)``, which advances
 the requests and returns the finished ones. Nothing here reads a clock.
+
+With ``attention="cascade"`` (or ``track_shared=True``) the scheduler keeps a
+:class:`~kvharness.engine.cascade.SharedBlocks` over its decoding requests: a request joins when
+it is first scheduled as a decode (O(its prompt blocks), once) and leaves when it finishes or is
+preempted, so a step stays O(requests in the batch), never O(blocks); only a step that leaves some
+decoding request out (the token budget ran out first) counts its decodes' blocks afresh.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from kvharness.engine.block_pool import BlockPool
+from kvharness.engine.cascade import ATTENTIONS, SharedBlocks
 from kvharness.engine.cost import StepBatch
 from kvharness.engine.eviction import CpuTier, EvictionPolicy
 from kvharness.engine.request import Request
@@ -40,7 +47,8 @@ class Plan:
 
     ``blocked`` says why waiting requests were left waiting (``"blocks"``, ``"seqs"``,
     ``"budget"``) or is None when none were. ``load_seconds`` is CPU-tier transfer time the step
-    waits for.
+    waits for. ``shared_kv`` is the KV tokens decode attention reads from blocks that several of
+    the batch's decode sequences share (0 unless the scheduler tracks sharing).
     """
 
     items: list[tuple[Request, int]]
@@ -49,10 +57,16 @@ class Plan:
     blocked: str | None
     preempted: bool
     load_seconds: float = 0.0
+    shared_kv: int = 0
 
 
 class Scheduler:
-    """Running list + waiting queue over one block pool. Mutates requests and the pool."""
+    """Running list + waiting queue over one block pool. Mutates requests and the pool.
+
+    ``attention`` names the decode kernel (:data:`~kvharness.engine.cascade.ATTENTIONS`);
+    ``merge_tokens`` is the cascade path's merge cost per sharing sequence (KV tokens);
+    ``track_shared`` counts shared blocks for :attr:`Plan.shared_kv` under ``default`` too.
+    """
 
     def __init__(
         self,
@@ -60,7 +74,20 @@ class Scheduler:
         config: SchedulerConfig,
         eviction: EvictionPolicy,
         cpu_tier: CpuTier | None = None,
+        *,
+        attention: str = "default",
+        merge_tokens: int = 0,
+        track_shared: bool = False,
     ) -> None:
+        if attention not in ATTENTIONS:
+            raise ValueError(
+                f"unknown attention {attention!r}; choose from {', '.join(ATTENTIONS)}"
+            )
+        self.attention = attention
+        self._cascade = attention == "cascade"
+        self._merge = merge_tokens
+        self.shared: SharedBlocks | None = SharedBlocks() if self._cascade or track_shared else None
+        """Block references among decoding requests (None when sharing is not tracked)."""
         self.pool = pool
         self.config = config
         self.eviction = eviction
@@ -90,6 +117,8 @@ class Scheduler:
         return (tokens + bs - 1) // bs
 
     def _preempt(self, victim: Request) -> None:
+        if self.shared is not None:
+            self.shared.discard(victim)
         self.pool.free(victim.blocks)
         victim.blocks = []
         victim.num_hashed = 0
@@ -120,6 +149,8 @@ class Scheduler:
         all_decode = True
         prefill_tokens = decode_seqs = decode_ctx = prefill_kv = 0
         prefill_pairs = 0.0
+        shared = self.shared
+        decoders: list[Request] = []
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
@@ -146,6 +177,10 @@ class Scheduler:
             if n == 1 and c == r.num_tokens - 1 and r.generated > 0:
                 decode_seqs += 1
                 decode_ctx += c + 1
+                if shared is not None:
+                    decoders.append(r)
+                    if r not in shared:
+                        shared.add(r)
             else:
                 all_decode = False
                 prefill_tokens += n
@@ -211,8 +246,23 @@ class Scheduler:
             prefill_pairs += n * (computed + (n + 1) / 2)
             prefill_kv += computed + n
 
-        batch = StepBatch(prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_ctx)
-        return Plan(items, batch, all_decode and bool(items), blocked, preempted, load)
+        if shared is None or not decode_seqs:
+            batch = StepBatch(prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_ctx)
+            return Plan(items, batch, all_decode and bool(items), blocked, preempted, load)
+        if len(shared) != decode_seqs:  # some decoding request was left out of this step
+            shared = SharedBlocks(decoders)
+        bs = self.pool.block_size
+        kv_read: int | None = None
+        shared_kv = shared.shared_reads * bs
+        if self._cascade and shared.duplicates:
+            cascade = decode_ctx - shared.duplicates * bs + self._merge * shared.sharers
+            if cascade < decode_ctx:
+                kv_read = cascade
+                shared_kv -= shared.duplicates * bs
+        batch = StepBatch(
+            prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_ctx, kv_read
+        )
+        return Plan(items, batch, all_decode, blocked, preempted, load, shared_kv)
 
     def _account_prefix(self, r: Request, n: int) -> None:
         # Blocks become findable when scheduled (as in vLLM), before the step computes them.
@@ -243,7 +293,10 @@ class Scheduler:
     def _finish(self, finished: list[Request], end: float) -> None:
         done = set(map(id, finished))
         self.running = [r for r in self.running if id(r) not in done]
+        shared = self.shared
         for r in finished:
+            if shared is not None:
+                shared.discard(r)
             self.eviction.on_finish(r, end)
 
     def advance_decode(self, reqs: list[Request], k: int, end: float) -> list[Request]:

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvharness.engine.cascade import ATTENTIONS
 from kvharness.engine.eviction import ToolTTL, make_eviction
 from kvharness.engine.replica import Replica
 from kvharness.engine.request import Request
@@ -78,12 +80,20 @@ class SimConfig:
     """Jump over decode steps in closed form (False: step one by one, the reference)."""
     num_blocks: int | None = None
     """Override each replica's KV capacity (blocks); None = from the deployment."""
+    attention: str = "default"
+    """Decode attention kernel: ``default`` (paged: every sequence reads its whole context) or
+    ``cascade`` (blocks several decoding sequences share are read once a step)."""
+    shared_stats: bool = False
+    """Measure shared-prefix KV reads under the default kernel too (always under ``cascade``):
+    :attr:`SimResult.shared_prefix_share`. Costs a little simulation time."""
 
     def __post_init__(self) -> None:
         if not self.load > 0:
             raise ValueError(f"load must be > 0, got {self.load}")
         if self.cpu_tier_blocks < 0:
             raise ValueError(f"cpu_tier_blocks must be >= 0, got {self.cpu_tier_blocks}")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"attention must be {' or '.join(ATTENTIONS)}, got {self.attention!r}")
         if self.prefix_source not in ("mask", "index", "direct"):
             raise ValueError(
                 f"prefix_source must be mask, index or direct, got {self.prefix_source!r}"
@@ -92,6 +102,9 @@ class SimConfig:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaStats:
+    """One replica's counters at the end of a run (see :class:`~kvharness.engine.replica.Replica`
+    for the decode statistics)."""
+
     name: str
     busy_seconds: float
     steps: int
@@ -99,6 +112,10 @@ class ReplicaStats:
     prefill_tokens: int
     decode_tokens: int
     preemptions: int
+    decode_steps: int = 0
+    decode_seconds: float = 0.0
+    shared_kv_seconds: float = 0.0
+    decode_step_hist: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -110,10 +127,40 @@ class SimResult:
     replicas: list[ReplicaStats]
     end_time: float
     events: int
+    shared_measured: bool = False
+    """Whether shared-prefix reads were measured (``cascade`` attention or ``shared_stats``)."""
 
     @property
     def engine_steps(self) -> int:
         return sum(r.steps for r in self.replicas)
+
+    @property
+    def decode_step_p50(self) -> float | None:
+        """Median duration (s) of the engine steps that decode (mixed steps included), over all
+        replicas; 1% resolution. None when no step decoded."""
+        hist: dict[int, int] = {}
+        for r in self.replicas:
+            for b, n in r.decode_step_hist.items():
+                hist[b] = hist.get(b, 0) + n
+        total = sum(hist.values())
+        if not total:
+            return None
+        seen = 0
+        for b in sorted(hist):
+            seen += hist[b]
+            if 2 * seen >= total:
+                return math.exp(b / 100.0)
+        raise AssertionError("unreachable")
+
+    @property
+    def shared_prefix_share(self) -> float | None:
+        """Share of decode step time spent reading KV of blocks that several sequences of the
+        same decode batch share (at the achieved HBM bandwidth). Measured under ``cascade`` or
+        with ``shared_stats``; None when not measured or no step decoded."""
+        total = sum(r.decode_seconds for r in self.replicas)
+        if not total or not self.shared_measured:
+            return None
+        return sum(r.shared_kv_seconds for r in self.replicas) / total
 
 
 def scale_arrival(arrival: Arrival, load: float) -> Arrival:
@@ -157,6 +204,8 @@ class Simulator:
                 cpu_tier_blocks=config.cpu_tier_blocks,
                 num_blocks=config.num_blocks,
                 jump=config.jump,
+                attention=config.attention,
+                track_shared=config.shared_stats,
             )
             for i in range(config.cluster.replicas)
         ]
@@ -280,11 +329,16 @@ class Simulator:
                     r.prefill_tokens,
                     r.decode_tokens,
                     r.scheduler.num_preemptions,
+                    r.decode_steps,
+                    r.decode_seconds,
+                    r.shared_kv_seconds,
+                    dict(r.decode_step_hist),
                 )
                 for r in replicas
             ],
             now,
             events,
+            self.config.attention == "cascade" or self.config.shared_stats,
         )
 
     def _start_session(self, si: int, now: float) -> None:

@@ -39,6 +39,15 @@ class PolicyRow(msgspec.Struct, frozen=True):
     turns: int
     sim_seconds: float
     wall_seconds: float
+    decode_step_p50: float | None = None
+    """Median engine step time (s) over steps that decode."""
+    shared_prefix_share: float | None = None
+    """Share of decode step time spent reading KV blocks shared within the decode batch (None
+    when not measured: default attention without ``shared_stats``)."""
+    attention: str = "default"
+    """Decode attention kernel of the replicas (``default`` or ``cascade``)."""
+    cached_ratio: float | None = None
+    """Cached prompt tokens / prompt tokens."""
 
 
 def bound_ratios(
@@ -64,6 +73,9 @@ def policy_row(
     preemptions: int,
     sim_seconds: float,
     wall_seconds: float,
+    decode_step_p50: float | None = None,
+    shared_prefix_share: float | None = None,
+    attention: str = "default",
 ) -> PolicyRow:
     ratios = bound_ratios(records, lower_bounds)
     r = np.array(list(ratios.values())) if ratios else None
@@ -85,6 +97,10 @@ def policy_row(
         turns=summary.records,
         sim_seconds=sim_seconds,
         wall_seconds=wall_seconds,
+        decode_step_p50=decode_step_p50,
+        shared_prefix_share=shared_prefix_share,
+        attention=attention,
+        cached_ratio=summary.cache.achieved_ratio,
     )
 
 

@@ -102,6 +102,11 @@ def run_job(job: SimJob, workload: Workload | None = None) -> PolicyRow:
         preemptions=sum(r.preemptions for r in result.replicas),
         sim_seconds=result.end_time,
         wall_seconds=wall,
+        decode_step_p50=result.decode_step_p50,
+        shared_prefix_share=(
+            result.shared_prefix_share if cfg.attention == "cascade" or cfg.shared_stats else None
+        ),
+        attention=cfg.attention,
     )
 
 
