@@ -325,3 +325,31 @@ def test_async_commands_save_their_files_too(box: Sandbox, repo: Path) -> None:
 
     asyncio.run(main())
     assert (repo / "a.txt").read_text() == "async\n"
+
+
+def test_an_interactive_command_talks_over_its_pipes(repo: Path, env_venv: Path) -> None:
+    quiet = Sandbox(repo, ro_paths=python_env_paths(env_venv), persist=False)
+    proc = quiet.start(["python", "-c", "import sys; print(sys.stdin.readline().upper(), end='')"])
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"ping\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline() == b"PING\n"
+    assert proc.wait(timeout=30) == 0
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        pipe.close()
+    with pytest.raises(ValueError, match="persist=False"):
+        Sandbox(repo).start(["true"])
+
+
+def test_a_device_is_usable_inside_only_when_passed(repo: Path) -> None:
+    """/dev/full (a device the sandbox's own /dev also has) stands in for a GPU's nodes: passed,
+    it is bound from the host; the argv says so."""
+    plain = Sandbox(repo, persist=False).argv(["true"])
+    with_dev = Sandbox(repo, persist=False, devices=[Path("/dev/full")]).argv(["true"])
+    assert "--dev-bind" not in plain
+    i = with_dev.index("--dev-bind")
+    assert with_dev[i : i + 3] == ["--dev-bind", "/dev/full", "/dev/full"]
+    proc = Sandbox(repo, persist=False, devices=[Path("/dev/full")]).run(
+        "echo x > /dev/full; echo $?"
+    )
+    assert proc.stdout.strip() == "1"  # writing /dev/full fails with ENOSPC, as on the host

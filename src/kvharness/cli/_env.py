@@ -39,6 +39,7 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="env_command", metavar="ENV_COMMAND")
     parser.set_defaults(func=lambda args: _no_sub(parser))
     _register_build(sub)
+    _register_perf_build(sub)
     _register_run(sub)
 
 
@@ -69,6 +70,62 @@ def _register_build(sub: Any) -> None:
         )
         verify(v)
         v.set_defaults(func=tasks_cli.run_verify)
+
+
+def _register_perf_build(sub: Any) -> None:
+    p = sub.add_parser(
+        "build-perf-suite",
+        help="build the performance-engineering suite: make a slow, correct function faster",
+        description="Write the bundled performance tasks as a suite for `kvharness env run`: "
+        "each holds a slow but correct reference (the agent's solution.py), hidden seeded "
+        "correctness cases and a speed reward measured against the reference in fresh "
+        "processes. --verify then grades each task's oracle (must score 1), its unchanged "
+        "reference (must score 0) and a correct but slower solution (partial credit).",
+    )
+    p.add_argument("--out", type=Path, required=True, help="suite folder to write (created)")
+    p.add_argument(
+        "--torch-venv",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a Python environment with torch and triton for the Triton tasks (.venv-vllm has "
+        "both); without it they are left out",
+    )
+    p.add_argument(
+        "--only", default=None, metavar="IDS", help="comma-separated task ids (default: all)"
+    )
+    p.add_argument(
+        "--verify", action="store_true", help="grade oracle, reference and slower solution"
+    )
+    p.set_defaults(func=_run_perf_build)
+
+
+def _run_perf_build(args: argparse.Namespace) -> int:
+    from kvharness.env.perf.suite import build_perf_suite
+    from kvharness.env.perf.verify import verify_perf_task
+
+    output_dir(args.out, "--out")
+    only = [t.strip() for t in args.only.split(",") if t.strip()] if args.only else None
+    tasks, skipped = build_perf_suite(args.out, torch_venv=args.torch_venv, only=only)
+    left = f"; left out (no --torch-venv): {', '.join(skipped)}" if skipped else ""
+    print(f"{len(tasks)} performance tasks in {args.out}{left}")
+    if not args.verify:
+        return 0
+    failed = 0
+    for task in tasks:
+        check = verify_perf_task(task)
+        failed += not check.ok
+        o, r, s = check.oracle, check.reference, check.slower
+        speed = "" if o.speedup is None else f" (oracle {o.speedup.estimate:.1f}x"
+        speed += "" if s.speedup is None else f", slower {s.speedup.estimate:.1f}x)"
+        status = "ok" if check.ok else "FAIL " + "; ".join(check.problems)
+        print(
+            f"{task.id}: {status}: oracle {o.score:.2f}, reference {r.score:.2f}, slower "
+            f"{s.score:.2f}{speed}",
+            flush=True,
+        )
+    print(f"{len(tasks) - failed}/{len(tasks)} tasks verified")
+    return 1 if failed else 0
 
 
 def _run_build(args: argparse.Namespace) -> int:

@@ -15,6 +15,9 @@ Modules:
 * :mod:`~kvharness.env.workspace`, :mod:`~kvharness.env.scan`, :mod:`~kvharness.env.grading` — what
   grading takes from the agent's repository, the static scan of its change, and grading against
   the hidden tests with canaries.
+* :mod:`~kvharness.env.perf` — performance tasks: make a slow, correct function faster; graded
+  by correctness on seeded hidden inputs and a speedup measured against the reference in fresh
+  processes on the grader's clock, through the same episode API, sandbox and adapters.
 * :mod:`~kvharness.env.reward` — episode reward rules over submissions.
 * :mod:`~kvharness.env.harness` — the agent loop and rollout recording (rollouts are workloads for
   bench and sim); :mod:`~kvharness.env.adapters` — Gymnasium and verifiers-style adapters.

@@ -53,18 +53,16 @@ from kvharness.env.actions import (
     tool_name,
 )
 from kvharness.env.grading import Grader, GradeResult
+from kvharness.env.perf.grading import PerfGrader, PerfGradeResult
+from kvharness.env.perf.task import PerfTask
 from kvharness.env.reward import RewardRule, Submission, episode_reward, step_reward
 from kvharness.env.sandbox import CommandResult, Limits, Sandbox
-from kvharness.env.task import Task
+from kvharness.env.task import SYSTEM_PROMPT, AnyTask
 
-__all__ = ["AsyncCodingEnv", "CodingEnv", "EnvConfig", "StepResult"]
+__all__ = ["SYSTEM_PROMPT", "AsyncCodingEnv", "CodingEnv", "EnvConfig", "StepResult"]
 
-SYSTEM_PROMPT = (
-    "You are a software engineer fixing a bug in a Python repository. The repository is your "
-    "working directory. Use the tools to explore, edit files and run commands (there is no "
-    "network). Hidden tests judge your fix; `submit` grades the current state and tells you the "
-    "score. You may submit more than once, within a budget."
-)
+_AnyGrader = Grader | PerfGrader
+_AnyGrade = GradeResult | PerfGradeResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +115,7 @@ class _Grade(NamedTuple):
 
 
 _Need = _Run | _Grade
-_Flow = Generator[_Need, CommandResult | GradeResult, tuple[str, dict[str, Any]]]
+_Flow = Generator[_Need, CommandResult | _AnyGrade, tuple[str, dict[str, Any]]]
 
 
 def _clip(text: str, limit: int) -> str:
@@ -134,7 +132,7 @@ class _Episode:
     out the requests; :meth:`finish_step` then applies budgets and rewards.
     """
 
-    def __init__(self, task: Task, config: EnvConfig, start: float) -> None:
+    def __init__(self, task: AnyTask, config: EnvConfig, start: float) -> None:
         self.task = task
         self.config = config
         self.start = start
@@ -206,7 +204,7 @@ class _Episode:
         if len(self.submissions) >= self.config.max_submissions:
             raise ActionError("submit: no submissions left")
         grade = yield _Grade()
-        assert isinstance(grade, GradeResult)
+        assert isinstance(grade, GradeResult | PerfGradeResult)
         sub = Submission(self.steps, max(0.0, time.perf_counter() - self.start), grade.score)
         self.submissions.append(sub)
         left = self.config.max_submissions - len(self.submissions)
@@ -254,7 +252,7 @@ def _grading_error(err: BaseException) -> ActionError:
     )
 
 
-def _graded(grade: Callable[[Path], GradeResult], repo: Path) -> GradeResult:
+def _graded(grade: Callable[[Path], _AnyGrade], repo: Path) -> _AnyGrade:
     """``grade(repo)``, with a failure the agent caused (a FIFO or unreadable file in its copy,
     which the grader cannot copy) turned into an action error."""
     try:
@@ -285,11 +283,28 @@ def _command_text(result: CommandResult) -> str:
     return "\n".join(parts)
 
 
+def _make_grader(
+    task: AnyTask,
+    *,
+    python_env: tuple[Path, ...] | None,
+    limits: Limits,
+    unsafe: bool,
+    workdir: Path | None,
+) -> _AnyGrader:
+    """The grader of the task's family: hidden tests for a coding task, correctness and timing
+    against the reference for a performance task."""
+    if isinstance(task, PerfTask):
+        return PerfGrader(
+            task, python_env=python_env, limits=limits, unsafe=unsafe, workdir=workdir
+        )
+    return Grader(task, python_env=python_env, limits=limits, unsafe=unsafe, workdir=workdir)
+
+
 class _Base:
-    def __init__(self, task: Task, config: EnvConfig | None = None) -> None:
+    def __init__(self, task: AnyTask, config: EnvConfig | None = None) -> None:
         self.task = task
         self.config = config or EnvConfig()
-        self.grader = Grader(
+        self.grader = _make_grader(
             task,
             python_env=self.config.python_env,
             limits=self.config.limits,
@@ -325,7 +340,7 @@ class _Base:
         self._episode = ep
         # Grading copies go inside the episode's folder, so that they go with it even when a
         # grading fails half-way (an agent-made FIFO stops the copy).
-        self.grader = Grader(
+        self.grader = _make_grader(
             self.task,
             python_env=self.grader.python_env,
             limits=self.config.limits,
@@ -340,7 +355,7 @@ class _Base:
         )
         info = {
             "task_id": self.task.id,
-            "system_prompt": SYSTEM_PROMPT,
+            "system_prompt": self.task.system_prompt,
             "tools": copy.deepcopy(list(TOOL_SCHEMAS)),
             "max_steps": self.config.max_steps,
             "max_submissions": self.config.max_submissions,

@@ -62,6 +62,7 @@ __all__ = [
     "SandboxUnavailable",
     "bwrap_available",
     "python_env_paths",
+    "stop",
 ]
 
 REPO_MOUNT = "/work/repo"
@@ -183,7 +184,8 @@ class Sandbox:
     each command (the grader's report; in unsafe mode commands write the host folder directly:
     :meth:`path_of`). ``env`` replaces
     the host environment (``PATH``, ``HOME=/tmp``, ``LANG`` and ``PYTHONDONTWRITEBYTECODE`` are
-    set unless given).
+    set unless given). ``devices`` are host device nodes made usable inside (a GPU's
+    ``/dev/nvidia*`` for a task timed on it); the sandbox has no other device but the basic ones.
     """
 
     def __init__(
@@ -196,8 +198,10 @@ class Sandbox:
         unsafe: bool = False,
         persist: bool = True,
         exports: Sequence[tuple[Path, str]] = (),
+        devices: Sequence[Path] = (),
     ) -> None:
         self.repo = repo.resolve()
+        self.devices = tuple(Path(d) for d in devices)
         self.ro_paths = tuple(Path(p).resolve() for p in ro_paths)
         self.persist = persist
         self.exports = tuple((Path(h).resolve(), d) for h, d in exports)
@@ -285,6 +289,8 @@ class Sandbox:
                 args += ["--ro-bind", link, link]
                 bound.append(host)
         args += ["--dev", "/dev", "--proc", "/proc"]
+        for device in self.devices:
+            args += ["--dev-bind", str(device), str(device)]
         args += ["--perms", "1777", "--size", str(lim.tmp_bytes), "--tmpfs", "/tmp"]
         made: set[Path] = {Path("/"), Path("/tmp")}
         mounts: list[tuple[str, str, Path]] = [("--ro-bind", str(p), p) for p in self.ro_paths]
@@ -441,6 +447,31 @@ class Sandbox:
         duration = time.perf_counter() - start
         return CommandResult(code, out.text(), err.text() + note, duration, timed_out)
 
+    def start(
+        self,
+        command: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start ``command`` in the sandbox and hand back the process, its stdin, stdout and
+        stderr pipes open, for a caller that talks to it while it runs (a timing harness). Only
+        for a sandbox that saves nothing (``persist=False``, no exports). The sandbox kills the
+        command at ``timeout_s`` (default ``limits.timeout_s``), and its processes with it; the
+        caller waits for it, drains stderr and kills it on error (:func:`stop`)."""
+        if self.persist or self.exports:
+            raise ValueError("an interactive command cannot save files: use persist=False")
+        timeout = self.limits.timeout_s if timeout_s is None else timeout_s
+        self._prepare()
+        proc: subprocess.Popen[bytes] = subprocess.Popen(
+            self.argv(command, timeout_s=timeout),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            **self._popen_kwargs(env),  # type: ignore[call-overload]
+        )
+        return proc
+
     def _backstop(self, timeout: float) -> float:
         """The host's own wall-clock limit: the sandbox enforces ``timeout`` itself and then has
         time to save the command's files (unsafe mode has no sandbox: ``timeout`` exactly)."""
@@ -497,6 +528,12 @@ class Sandbox:
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a process from :meth:`Sandbox.start` and everything it started, and reap it."""
+    _kill_group(proc.pid)
+    proc.wait()
 
 
 def _chown_tree(root: Path, uid: int) -> None:

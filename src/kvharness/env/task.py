@@ -25,15 +25,20 @@ import json
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kvharness.errors import FormatError, UserError
+
+if TYPE_CHECKING:
+    from kvharness.env.perf.task import PerfTask
 
 __all__ = [
     "SUITE_FORMAT",
     "TASK_FORMAT",
+    "AnyTask",
     "Mutation",
     "Task",
+    "TaskFolder",
     "list_suite",
     "load_suite",
     "load_task",
@@ -45,6 +50,13 @@ __all__ = [
 TASK_FORMAT = "kvharness-task"
 SUITE_FORMAT = "kvharness-suite"
 _VERSION = 1
+
+SYSTEM_PROMPT = (
+    "You are a software engineer fixing a bug in a Python repository. The repository is your "
+    "working directory. Use the tools to explore, edit files and run commands (there is no "
+    "network). Hidden tests judge your fix; `submit` grades the current state and tells you the "
+    "score. You may submit more than once, within a budget."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +77,35 @@ class Mutation:
     mutated: str
 
 
+class TaskFolder:
+    """The folders every task has under its ``root``: ``repo/`` (what an episode copies for the
+    agent), ``hidden/`` (what grading adds and the agent never sees) and ``fix/`` (the oracle's
+    solution)."""
+
+    __slots__ = ()
+    root: Path
+
+    @property
+    def repo_dir(self) -> Path:
+        """The agent-visible snapshot (never modify it; copy it with :meth:`checkout`)."""
+        return self.root / "repo"
+
+    @property
+    def hidden_dir(self) -> Path:
+        return self.root / "hidden"
+
+    @property
+    def fix_dir(self) -> Path:
+        return self.root / "fix"
+
+    def checkout(self, dest: Path) -> Path:
+        """Copy the agent-visible repository to ``dest`` (must not exist) and return ``dest``."""
+        shutil.copytree(self.repo_dir, dest, symlinks=True)
+        return dest
+
+
 @dataclass(frozen=True, slots=True)
-class Task:
+class Task(TaskFolder):
     """One task of a suite, as stored in ``task.json`` (``root`` is the task folder, not stored).
 
     ``python_path`` lists repo-relative directories that must be on ``PYTHONPATH`` for the package
@@ -97,29 +136,13 @@ class Task:
             raise ValueError(f"task {self.id}: a test is both FAIL_TO_PASS and PASS_TO_PASS")
 
     @property
-    def repo_dir(self) -> Path:
-        """The agent-visible snapshot (never modify it; copy it with :meth:`checkout`)."""
-        return self.root / "repo"
-
-    @property
-    def hidden_dir(self) -> Path:
-        """The hidden test files, laid out at their repo-relative paths."""
-        return self.root / "hidden"
-
-    @property
-    def fix_dir(self) -> Path:
-        """The original version of the mutated file, at its repo-relative path."""
-        return self.root / "fix"
+    def system_prompt(self) -> str:
+        return SYSTEM_PROMPT
 
     @property
     def tests(self) -> tuple[str, ...]:
         """FAIL_TO_PASS followed by PASS_TO_PASS."""
         return self.fail_to_pass + self.pass_to_pass
-
-    def checkout(self, dest: Path) -> Path:
-        """Copy the agent-visible repository to ``dest`` (must not exist) and return ``dest``."""
-        shutil.copytree(self.repo_dir, dest, symlinks=True)
-        return dest
 
     def apply_fix(self, repo: Path) -> None:
         """Write the known fix (the original mutated file) into ``repo``; the oracle's action."""
@@ -135,6 +158,11 @@ class Task:
         for key in (*keys, "scan_allow"):
             doc[key] = list(doc[key])
         return doc
+
+
+AnyTask: TypeAlias = "Task | PerfTask"
+"""A task of either family: both have ``id``, ``issue``, ``system_prompt``, ``checkout`` and
+``apply_fix``, which is all an episode needs of a task."""
 
 
 def safe_destination(root: Path, rel: str) -> Path:
@@ -165,8 +193,10 @@ def _tuple_of_str(doc: dict[str, Any], key: str, path: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def load_task(folder: Path) -> Task:
-    """Read ``folder/task.json``; raise FormatError on a malformed file."""
+def load_task(folder: Path) -> AnyTask:
+    """Read ``folder/task.json``: a coding :class:`Task`, or a
+    :class:`~kvharness.env.perf.task.PerfTask` for a performance task; raise FormatError on a
+    malformed file."""
     path = folder / "task.json"
     try:
         doc = json.loads(path.read_text())
@@ -174,8 +204,12 @@ def load_task(folder: Path) -> Task:
         raise UserError(f"{folder}: not a task folder (no task.json)") from None
     except json.JSONDecodeError as exc:
         raise FormatError(str(path), exc.lineno, f"invalid JSON: {exc.msg}") from None
+    from kvharness.env.perf.task import PERF_TASK_FORMAT, load_perf_task
+
+    if isinstance(doc, dict) and doc.get("format") == PERF_TASK_FORMAT:
+        return load_perf_task(folder, doc)
     if not isinstance(doc, dict) or doc.get("format") != TASK_FORMAT:
-        raise FormatError(str(path), 1, f"not a {TASK_FORMAT} file")
+        raise FormatError(str(path), 1, f"not a {TASK_FORMAT} or {PERF_TASK_FORMAT} file")
     if doc.get("version") != _VERSION:
         raise FormatError(str(path), 1, f"unsupported version {doc.get('version')!r}")
     try:
@@ -237,6 +271,6 @@ def list_suite(suite: Path) -> list[str]:
     return sorted(p.name for p in suite.iterdir() if (p / "task.json").exists())
 
 
-def load_suite(suite: Path) -> list[Task]:
+def load_suite(suite: Path) -> list[AnyTask]:
     """All tasks of a suite, in suite order."""
     return [load_task(suite / task_id) for task_id in list_suite(suite)]

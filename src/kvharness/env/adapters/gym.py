@@ -27,7 +27,7 @@ from gymnasium import spaces
 
 from kvharness.env.actions import Action
 from kvharness.env.api import CodingEnv, EnvConfig
-from kvharness.env.task import Task, load_task
+from kvharness.env.task import AnyTask, load_task
 
 __all__ = ["CHARSET", "ENV_ID", "GymCodingEnv", "register"]
 
@@ -53,13 +53,13 @@ class GymCodingEnv(gymnasium.Env[str, str]):
 
     def __init__(
         self,
-        task: Task | str | Path,
+        task: AnyTask | str | Path,
         task_id: str | None = None,
         config: EnvConfig | None = None,
         render_mode: str | None = None,
         **overrides: Any,
     ) -> None:
-        if not isinstance(task, Task):
+        if isinstance(task, str | Path):
             folder = Path(task) / task_id if task_id else Path(task)
             task = load_task(folder)
         base = config or EnvConfig()

@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvharness.env.actions import TOOL_SCHEMAS
-from kvharness.env.api import SYSTEM_PROMPT, AsyncCodingEnv, EnvConfig
+from kvharness.env.api import AsyncCodingEnv, EnvConfig
 from kvharness.env.reward import Submission, episode_reward
-from kvharness.env.task import Task
+from kvharness.env.task import AnyTask
 
 __all__ = ["CodingRubric", "VerifiersCodingEnv"]
 
@@ -100,11 +100,11 @@ class VerifiersCodingEnv:
 
     def __init__(
         self,
-        tasks: Sequence[Task],
+        tasks: Sequence[AnyTask],
         config: EnvConfig | None = None,
         *,
         max_turns: int | None = None,
-        system_prompt: str = SYSTEM_PROMPT,
+        system_prompt: str | None = None,
     ) -> None:
         if not tasks:
             raise ValueError("VerifiersCodingEnv needs at least one task")
@@ -128,7 +128,7 @@ class VerifiersCodingEnv:
             rows.append(
                 {
                     "prompt": [
-                        {"role": "system", "content": self.system_prompt},
+                        {"role": "system", "content": self.system_prompt or task.system_prompt},
                         {"role": "user", "content": f"{task.issue.strip()}\n\n{budget}"},
                     ],
                     "answer": "",

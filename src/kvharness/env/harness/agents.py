@@ -8,7 +8,8 @@ serving load is that of a real agent session):
 
 * :class:`OracleAgent`: explores (``ls``, a search, reads the mutated file), submits a wrong
   attempt (a harmless edit), then applies the task's known fix and submits again. It must score
-  1.0 on every task.
+  1.0 on every task. On a performance task it reads ``solution.py``, submits it unchanged (the
+  reference: score 0), then replaces it by the known fast solution and submits again.
 * :class:`NoopAgent`: submits at once; must score 0 (the bug is still there).
 * :class:`CheatAgent`: deletes every test file it can see, writes a ``conftest.py`` that turns
   every test into a pass and rewrites test files to ``assert True``, then submits; must score 0
@@ -31,7 +32,8 @@ from kvharness.env.actions import (
     Search,
     Submit,
 )
-from kvharness.env.task import Task
+from kvharness.env.perf.task import SOLUTION, PerfTask
+from kvharness.env.task import AnyTask
 from kvharness.registry import Registry
 
 __all__ = ["AGENTS", "Agent", "CheatAgent", "ModelAgent", "NoopAgent", "OracleAgent", "make_agent"]
@@ -47,7 +49,7 @@ class Agent:
     name = "agent"
     tool_choice = "auto"
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: AnyTask) -> None:
         self.task = task
 
     scripted = False
@@ -76,7 +78,7 @@ class _Scripted(Agent):
     tool_choice = "none"
     scripted = True
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: AnyTask) -> None:
         super().__init__(task)
         self._script = self.script()
         self._pos = 0
@@ -149,6 +151,16 @@ class OracleAgent(_Scripted):
     MARKER = "# kvharness oracle: first attempt\n"
 
     def script(self) -> list[Action]:
+        if isinstance(self.task, PerfTask):
+            current = (self.task.repo_dir / SOLUTION).read_text()
+            fast = (self.task.fix_dir / SOLUTION).read_text()
+            return [
+                Bash("ls"),
+                ReadFile(SOLUTION),
+                Submit(),
+                EditFile(SOLUTION, current, fast),
+                Submit(),
+            ]
         mut = self.task.mutation
         fixed = (self.task.fix_dir / mut.file).read_text()
         current = (self.task.repo_dir / mut.file).read_text()
@@ -244,9 +256,9 @@ AGENTS: Registry[Agent] = Registry(
         CheatAgent.name: CheatAgent,
     },
 )
-"""Agent kinds by name; each factory takes the episode's :class:`Task`."""
+"""Agent kinds by name; each factory takes the episode's task."""
 
 
-def make_agent(name: str, task: Task) -> Agent:
+def make_agent(name: str, task: AnyTask) -> Agent:
     """A fresh agent of kind ``name`` for one episode of ``task``; ValueError for an unknown one."""
     return AGENTS.make(name, task)

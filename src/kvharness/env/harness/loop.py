@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from kvharness.env.actions import TOOL_SCHEMAS, action_to_tool_call
-from kvharness.env.api import SYSTEM_PROMPT, AsyncCodingEnv, EnvConfig
+from kvharness.env.api import AsyncCodingEnv, EnvConfig
 from kvharness.env.harness.agents import make_agent
 from kvharness.env.harness.client import ChatClient, ModelError
 from kvharness.env.harness.episode import MINI_SWE_AGENT, CallRecord, EpisodeResult, ToolRun
 from kvharness.env.harness.mini_swe_agent import run_mini_episode
-from kvharness.env.task import Task
+from kvharness.env.task import AnyTask
 from kvharness.errors import UserError
 
 __all__ = ["run_episode", "run_episodes"]
@@ -38,7 +38,7 @@ NUDGE = "No tool was called. Use the tools to work on the repository, and `submi
 
 
 async def run_episode(
-    task: Task,
+    task: AnyTask,
     agent_name: str,
     client: ChatClient,
     config: EnvConfig,
@@ -57,7 +57,7 @@ async def run_episode(
     try:
         obs, _ = await env.reset()
         messages += [
-            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "system", "content": task.system_prompt},
             {"role": "user", "content": obs},
         ]
         pending = list(messages)
@@ -133,7 +133,7 @@ def _with_id(call: Any, fallback: str) -> dict[str, Any]:
 
 
 async def run_episodes(
-    tasks: Sequence[Task],
+    tasks: Sequence[AnyTask],
     agent_name: str,
     client: ChatClient,
     config: EnvConfig,
@@ -156,7 +156,7 @@ async def run_episodes(
     gate = asyncio.Semaphore(concurrency)
     t0 = time.perf_counter() - origin
 
-    async def one(task: Task, k: int) -> EpisodeResult:
+    async def one(task: AnyTask, k: int) -> EpisodeResult:
         async with gate:
             if agent_name == MINI_SWE_AGENT:
                 res = await run_mini_episode(

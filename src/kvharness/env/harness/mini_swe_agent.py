@@ -61,7 +61,7 @@ from kvharness.env.api import AsyncCodingEnv, EnvConfig
 from kvharness.env.harness.client import ChatClient, ModelCall
 from kvharness.env.harness.episode import MINI_SWE_AGENT, CallRecord, EpisodeResult, ToolRun
 from kvharness.env.sandbox import REPO_MOUNT
-from kvharness.env.task import Task
+from kvharness.env.task import AnyTask
 from kvharness.errors import UserError
 
 __all__ = [
@@ -119,7 +119,7 @@ def mini_python() -> Path:
     return path
 
 
-def task_prompt(task: Task) -> str:
+def task_prompt(task: AnyTask) -> str:
     """What mini-swe-agent is asked to do (its ``{{task}}``): the issue, and where the repository
     is."""
     return (
@@ -296,7 +296,7 @@ class _Serve:
 
 
 async def run_mini_episode(
-    task: Task,
+    task: AnyTask,
     client: ChatClient,
     config: EnvConfig,
     *,

@@ -470,4 +470,4 @@ def build_suite(
     write_suite_index(out, ids, meta)
     from kvharness.env.task import load_suite
 
-    return load_suite(out)
+    return [t for t in load_suite(out) if isinstance(t, Task)]

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvharness.env.task import load_suite
+from kvharness.env.task import Task, load_suite
 from kvharness.env.tasks.builder import build_suite
 from kvharness.env.tasks.suite import SUITES
 from kvharness.env.tasks.verify import verify_task
@@ -63,7 +63,12 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_verify(args: argparse.Namespace) -> int:
     """Grade every task of a suite as mutant and as fixed; print one line per task."""
-    tasks = load_suite(args.suite_dir)
+    tasks = [t for t in load_suite(args.suite_dir) if isinstance(t, Task)]
+    if not tasks:
+        raise UserError(
+            f"{args.suite_dir} holds no coding tasks (a performance suite is checked by "
+            "`kvharness env build-perf-suite --verify`)"
+        )
     failed = 0
     for task in tasks:
         check = verify_task(task)
