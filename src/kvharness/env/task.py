@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from kvharness.env._folder import TaskFolder
 from kvharness.errors import FormatError, UserError
 
 if TYPE_CHECKING:
@@ -75,33 +76,6 @@ class Mutation:
     operator: str
     original: str
     mutated: str
-
-
-class TaskFolder:
-    """The folders every task has under its ``root``: ``repo/`` (what an episode copies for the
-    agent), ``hidden/`` (what grading adds and the agent never sees) and ``fix/`` (the oracle's
-    solution)."""
-
-    __slots__ = ()
-    root: Path
-
-    @property
-    def repo_dir(self) -> Path:
-        """The agent-visible snapshot (never modify it; copy it with :meth:`checkout`)."""
-        return self.root / "repo"
-
-    @property
-    def hidden_dir(self) -> Path:
-        return self.root / "hidden"
-
-    @property
-    def fix_dir(self) -> Path:
-        return self.root / "fix"
-
-    def checkout(self, dest: Path) -> Path:
-        """Copy the agent-visible repository to ``dest`` (must not exist) and return ``dest``."""
-        shutil.copytree(self.repo_dir, dest, symlinks=True)
-        return dest
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,3 +181,34 @@ def test_threads_and_process_machinery_are_rejected_by_the_scan(grader):
     g = grade_solution(grader, threaded)
     assert g.score == 0.0
     assert g.tampered and "threading" in g.tampered[0]
+
+
+def test_a_forged_compressed_archive_is_never_expanded(grader):
+    """Outputs the code under test writes to the channel itself, as a deflated archive that
+    would expand to 800 MB on the grader's side, are refused unread."""
+    bomb = _src(
+        """
+        import io
+        import os
+        import zipfile
+
+        import numpy as np
+
+
+        def row_sq(x):
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+                with z.open("0.a.npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, np.zeros(100_000_000))
+            data = buf.getvalue()
+            for fd in range(3, 64):
+                try:
+                    os.write(fd, b"O %d\\n" % len(data) + data)
+                except OSError:
+                    pass
+            return np.einsum("ij,ij->i", x, x)
+        """
+    )
+    g = grade_solution(grader, bomb)
+    assert g.score == 0.0
+    assert g.tampered and "not as the runner writes them" in g.tampered[0]

@@ -47,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -231,9 +232,20 @@ _Outputs = list[str | tuple[np.ndarray[Any, Any], ...]]
 
 
 def _unpack(data: bytes) -> _Outputs:
+    """The outputs in an .npz from the runner. Only what the runner writes is read: entries
+    stored, not compressed, so that what the archive expands to is bounded by its own size (an
+    archive forged by the code under test could otherwise be a decompression bomb)."""
     try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            entries = archive.infolist()
+        if any(e.compress_type != zipfile.ZIP_STORED for e in entries) or (
+            sum(e.file_size for e in entries) > len(data)
+        ):
+            raise _Broken("its outputs are not as the runner writes them", forged=True)
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
+    except _Broken:
+        raise
     except Exception as err:
         raise _Broken(
             f"its outputs could not be read ({type(err).__name__})", forged=True

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvharness.env.task import TaskFolder
+from kvharness.env._folder import TaskFolder
 from kvharness.errors import FormatError
 
 __all__ = ["BACKENDS", "PERF_TASK_FORMAT", "SOLUTION", "PerfTask", "load_perf_task"]
@@ -43,8 +43,10 @@ SYSTEM_PROMPT = (
     "function faster without changing its results; there is no network. `submit` grades "
     "solution.py: hidden tests on seeded random inputs check its results against the original's, "
     "and the original and your version are timed against each other in fresh processes. A "
-    "correct submission scores by its speedup; an incorrect one scores 0. You may submit more "
-    "than once, within a budget."
+    "correct submission scores by its speedup; an incorrect one scores 0. solution.py may use "
+    "Python's standard library and the libraries README.md names, but no threads, processes or "
+    "code built at run time (such a submission is rejected). You may submit more than once, "
+    "within a budget."
 )
 
 
