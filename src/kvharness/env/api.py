@@ -6,7 +6,8 @@ command (``bash``, ``search``) runs in a fresh bubblewrap sandbox over that copy
 ``limits.workspace_bytes`` (see ``sandbox.py``). ``submit`` grades the agent's change to the
 package's source files against the hidden tests (on the pristine repository, in a fresh sandbox;
 see ``grading.py``) and scores it in [0, 1]; the episode's reward over its submissions follows a
-:class:`RewardRule`.
+:class:`RewardRule`. A performance task (``perf/``) goes through the same episode: only its
+grader differs (``solution.py``'s correctness and speed against the reference, ``perf/grading.py``).
 
 ``step`` returns ``(observation, reward, terminated, truncated, info)``:
 
