@@ -86,3 +86,18 @@ async def test_verifiers_env_prompts_with_the_tasks_own_system_prompt(perf_task)
     replies = await env.env_response([{"role": "assistant", "tool_calls": [call]}], state)
     assert replies[0]["content"].startswith("Score: 0.000")
     await env.cleanup(state)
+
+
+def test_a_malformed_task_json_names_the_file_and_field(perf_task):
+    import pytest
+
+    from kvharness.errors import FormatError
+
+    path = perf_task.root / "task.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "calls": "five"}))
+    with pytest.raises(FormatError, match=r"task\.json:1: field 'calls' is missing"):
+        load_task(perf_task.root)
+    path.write_text(json.dumps({**doc, "target_speedup": 0.5}))
+    with pytest.raises(FormatError, match="target_speedup must be > 1"):
+        load_task(perf_task.root)
