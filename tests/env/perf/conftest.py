@@ -64,7 +64,7 @@ def timing(rng):
 """
 
 
-def write_task(root: Path, *, reference=REFERENCE, fast=FAST, slower=SLOWER, target=4.0):
+def write_task(root: Path, *, reference=REFERENCE, fast=FAST, slower=SLOWER, target=2.0):
     folder = root / "row_sq"
     for rel, text in {
         "repo/solution.py": reference,
@@ -94,7 +94,9 @@ def write_task(root: Path, *, reference=REFERENCE, fast=FAST, slower=SLOWER, tar
 
 
 QUICK = TimingPolicy(min_rounds=2, max_rounds=4, rel_ci=0.25, budget_s=30.0)
-"""Enough rounds to tell 1x from 20x; the precise figures are the benchmark's."""
+"""Enough rounds to tell 1x from 20x; the precise figures are the benchmark's. The tests' task
+asks for 2x of a solution that is some 20x faster, so that a loaded machine cannot push the
+oracle's proven speedup under its target."""
 
 
 @pytest.fixture

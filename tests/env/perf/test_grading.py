@@ -20,10 +20,10 @@ def test_the_oracle_earns_full_reward(grader):
     g = grade_solution(grader, FAST)
     assert g.correct and g.timed, g.summary()
     assert g.score == 1.0, g.summary()
-    assert g.speedup.low >= 4.0
+    assert g.speedup.low >= 2.0
     assert g.reference_s > g.candidate_s > 0
     assert g.reference_spread is not None and g.reference_spread >= 0
-    assert "target 4x" in g.summary()
+    assert "target 2x" in g.summary()
 
 
 def test_the_unchanged_reference_earns_nothing(grader):
@@ -109,12 +109,13 @@ def test_the_summary_never_names_hidden_inputs(grader):
     assert text.startswith("score 0: incorrect")
 
 
-def test_timing_budget_settles_a_tight_result_early(perf_task):
+def test_grading_stops_as_soon_as_the_policy_is_settled(perf_task):
+    """Any interval is tight enough for ``rel_ci=inf``: the grader stops at ``min_rounds``, not
+    at ``max_rounds`` (which intervals settle is ``test_stats``'s to check, on fixed ratios)."""
     from kvharness.env.perf.stats import TimingPolicy
 
-    g = grade_solution(
-        PerfGrader(perf_task, policy=TimingPolicy(min_rounds=2, max_rounds=4, rel_ci=10.0)), FAST
-    )
+    policy = TimingPolicy(min_rounds=2, max_rounds=6, rel_ci=math.inf)
+    g = grade_solution(PerfGrader(perf_task, policy=policy), FAST)
     assert g.speedup.rounds == 2
 
 
