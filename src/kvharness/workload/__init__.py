@@ -8,6 +8,7 @@ from kvharness.workload.chain import (
     shared_prefix_tokens,
 )
 from kvharness.workload.ideal import IdealCache, IdealHit, engine_cached_tokens
+from kvharness.workload.images import Image, grid_tokens
 from kvharness.workload.model import Arrival, Message, Session, Turn, Workload
 
 __all__ = [
@@ -16,11 +17,13 @@ __all__ = [
     "ChainBuilder",
     "IdealCache",
     "IdealHit",
+    "Image",
     "Message",
     "Session",
     "Turn",
     "Workload",
     "engine_cached_tokens",
+    "grid_tokens",
     "materialise",
     "materialise_text",
     "shared_prefix_tokens",

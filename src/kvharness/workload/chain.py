@@ -200,9 +200,10 @@ class ChainBuilder:
     """Builds a growing prompt's chain incrementally; appends cost O(appended tokens / block).
 
     ``extend_tokens`` takes real token ids; ``extend_segment`` takes a synthetic stretch of
-    ``n`` tokens named by ``seed`` (its token ids are never spelled out). Both feed the same chained
-    hash, so the chain is a pure function of the content appended. :meth:`chain` snapshots the
-    current state without consuming it.
+    ``n`` tokens named by ``seed`` (its token ids are never spelled out); ``extend_image`` takes an
+    image's ``n`` placeholder tokens, named by its content hash. All feed the same chained hash, so
+    the chain is a pure function of the content appended. :meth:`chain` snapshots the current
+    state without consuming it.
     """
 
     block_size: int
@@ -223,12 +224,21 @@ class ChainBuilder:
             pos += take
 
     def extend_segment(self, seed: int, n: int) -> None:
+        self._extend_named(b"S", seed, n)
+
+    def extend_image(self, content_hash: int, n: int) -> None:
+        """An image's ``n`` placeholder tokens: every block they touch is named by the image's
+        content hash (and which of its tokens it holds), as vLLM's prefix cache mixes an image's
+        hash into those blocks' hashes. See :mod:`kvharness.workload.images`."""
+        self._extend_named(b"I", content_hash, n)
+
+    def _extend_named(self, kind: bytes, name: int, n: int) -> None:
         if n < 0:
             raise ValueError(f"segment length must be >= 0, got {n}")
         offset = 0
         while offset < n:
             take = min(self.block_size - self._open_len, n - offset)
-            self._open += b"S" + (seed & _MASK64).to_bytes(8, "little")
+            self._open += kind + (name & _MASK64).to_bytes(8, "little")
             self._open += offset.to_bytes(4, "little") + take.to_bytes(4, "little")
             self._advance(take)
             offset += take

@@ -9,8 +9,9 @@ Line 1 is a header, every further line one session::
         {"tokens": 9800, "keep": 70, "hashes": [...], "output": 80, "gap": 0.4, "tool": "bash"}]}
 
 A turn's chain is delta-encoded against the previous turn of its session: its first ``keep``
-hashes are the previous chain's first ``keep``, followed by ``hashes``. ``messages`` (optional) are
-the chat messages appended since the previous turn. The JSON Schema is ``workload.schema.json``
+hashes are the previous chain's first ``keep``, followed by ``hashes``; its ``images`` likewise
+follow the previous turn's first ``images_keep``. ``messages`` (optional) are the chat messages
+appended since the previous turn. The JSON Schema is ``workload.schema.json``
 beside this module. Values are bounded as in :mod:`kvharness.workload.reader`; reading streams the
 file line by line.
 """
@@ -27,6 +28,7 @@ from kvharness.errors import FormatError
 from kvharness.files import replacing
 from kvharness.workload import reader
 from kvharness.workload.chain import BlockChain, common_prefix_len
+from kvharness.workload.images import Image
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 from kvharness.workload.reader import BlockHash, BlockSize, Seconds, Tokens
 from kvharness.workload.traceformat import Probe, TraceFormat
@@ -70,6 +72,14 @@ class _Header(msgspec.Struct, forbid_unknown_fields=True):
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class _Image(msgspec.Struct, forbid_unknown_fields=True):
+    offset: Tokens
+    tokens: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)]
+    width: Annotated[int, msgspec.Meta(ge=1, le=2**20)]
+    height: Annotated[int, msgspec.Meta(ge=1, le=2**20)]
+    hash: BlockHash
+
+
 class _Turn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     tokens: Tokens
     hashes: list[BlockHash]
@@ -80,6 +90,8 @@ class _Turn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     messages: list[dict[str, Any]] | None = None
     ids: list[TokenId] | None = None
     ids_keep: Annotated[int, msgspec.Meta(ge=0)] = 0
+    images: list[_Image] | None = None
+    images_keep: Annotated[int, msgspec.Meta(ge=0)] = 0
 
     def __post_init__(self) -> None:
         reader.check_hashes(self.hashes)
@@ -106,6 +118,7 @@ def _session_to_wire(s: Session) -> _Session:
     turns = []
     prev: tuple[int, ...] = ()
     prev_ids: tuple[int, ...] = ()
+    prev_images: tuple[Image, ...] = ()
     for t in s.turns:
         h = t.input.hashes
         keep = common_prefix_len(prev, h)
@@ -114,6 +127,15 @@ def _session_to_wire(s: Session) -> _Session:
             ids_keep = common_prefix_len(prev_ids, t.prompt_ids)
             ids = list(t.prompt_ids[ids_keep:])
         prev_ids = t.prompt_ids or ()
+        images_keep = next(
+            (i for i, (a, b) in enumerate(zip(prev_images, t.images, strict=False)) if a != b),
+            min(len(prev_images), len(t.images)),
+        )
+        images = [
+            _Image(im.offset, im.tokens, im.width, im.height, im.hash)
+            for im in t.images[images_keep:]
+        ]
+        prev_images = t.images
         turns.append(
             _Turn(
                 tokens=t.input.num_tokens,
@@ -125,6 +147,8 @@ def _session_to_wire(s: Session) -> _Session:
                 messages=[dict(m) for m in t.messages] if t.messages is not None else None,
                 ids=ids,
                 ids_keep=ids_keep,
+                images=images or None,
+                images_keep=images_keep,
             )
         )
         prev = h
@@ -158,6 +182,7 @@ def _session_from_wire(w: _Session, block_size: int, where: str, lineno: int) ->
     turns = []
     prev: list[int] = []
     prev_ids: list[int] = []
+    prev_images: tuple[Image, ...] = ()
     for i, wt in enumerate(w.turns):
 
         def bad(msg: str, i: int = i) -> FormatError:
@@ -178,16 +203,30 @@ def _session_from_wire(w: _Session, block_size: int, where: str, lineno: int) ->
             if wt.ids_keep > len(prev_ids):
                 raise bad(f"ids_keep={wt.ids_keep} but the previous turn has {len(prev_ids)} ids")
             ids = prev_ids[: wt.ids_keep] + wt.ids
+        if wt.images_keep > len(prev_images):
+            raise bad(
+                f"images_keep={wt.images_keep} but the previous turn has {len(prev_images)} images"
+            )
+        images = prev_images[: wt.images_keep] + tuple(
+            Image(im.offset, im.tokens, im.width, im.height, im.hash) for im in wt.images or ()
+        )
         try:
             turns.append(
                 Turn(
-                    chain, wt.output, wt.gap, wt.tool, messages, None if ids is None else tuple(ids)
+                    chain,
+                    wt.output,
+                    wt.gap,
+                    wt.tool,
+                    messages,
+                    None if ids is None else tuple(ids),
+                    images,
                 )
             )
         except ValueError as err:
             raise bad(str(err)) from None
         prev = hashes
         prev_ids = ids if ids is not None else []
+        prev_images = images
     try:
         return Session(w.id, tuple(turns), w.start, w.group)
     except ValueError as err:

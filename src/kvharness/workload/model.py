@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kvharness.workload.chain import BlockChain
+from kvharness.workload.images import Image, check_images
 
-__all__ = ["Arrival", "Message", "Session", "Turn", "Workload"]
+__all__ = ["Arrival", "Image", "Message", "Session", "Turn", "Workload"]
 
 Message = Mapping[str, Any]
 """An OpenAI chat message (``{"role": ..., "content": ...}``)."""
@@ -32,6 +33,8 @@ class Turn:
     previous turn finished; ``tool`` names the tool that ran in that gap, when known.
     ``prompt_ids`` is set where the prompt's exact token ids are known (a recording that kept
     content): the whole prompt, ``input.num_tokens`` of them, which a replay sends as they are.
+    ``images`` are the images of the whole prompt, in order: each one's placeholder tokens are a
+    stretch of ``input`` (built with :meth:`~kvharness.workload.chain.ChainBuilder.extend_image`).
     """
 
     input: BlockChain
@@ -40,8 +43,11 @@ class Turn:
     tool: str | None = None
     messages: tuple[Message, ...] | None = None
     prompt_ids: tuple[int, ...] | None = None
+    images: tuple[Image, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.images:
+            check_images(self.images, self.input.num_tokens)
         if self.prompt_ids is not None and len(self.prompt_ids) != self.input.num_tokens:
             raise ValueError(
                 f"{len(self.prompt_ids)} prompt token ids for a prompt of {self.input.num_tokens}"
@@ -54,6 +60,11 @@ class Turn:
     @property
     def input_tokens(self) -> int:
         return self.input.num_tokens
+
+    @property
+    def image_tokens(self) -> int:
+        """Placeholder tokens of the prompt's images."""
+        return sum(im.tokens for im in self.images)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +153,11 @@ class Workload:
     @property
     def num_turns(self) -> int:
         return sum(len(s.turns) for s in self.sessions)
+
+    @property
+    def has_images(self) -> bool:
+        """True when some prompt holds an image (sent to /v1/chat/completions live)."""
+        return any(t.images for s in self.sessions for t in s.turns)
 
     @property
     def has_messages(self) -> bool:
