@@ -67,3 +67,36 @@ def test_api_chat_sends_a_hash_only_turn_as_one_user_message_of_its_text(
         assert req["max_tokens"] == s.turns[i].output_tokens and req["stream"] is True
     with pytest.raises(ValueError, match="need words"):
         PayloadBuilder("m", 1000, chat=True)
+
+
+def test_an_image_turn_is_one_user_message_of_text_and_image_parts_in_prompt_order() -> None:
+    from kvharness.workload.images import Image
+
+    words = [f"w{i}" for i in range(50)]
+    b = ChainBuilder(16)
+    b.extend_segment(1, 20)
+    shot = Image(b.num_tokens, 30, 64, 40, 99)
+    b.extend_image(shot.hash, shot.tokens)
+    b.extend_segment(2, 7)
+    turn = Turn(b.chain(), 3, images=(shot,))
+    asked: list[Image] = []
+
+    def url(im: Image) -> str:
+        asked.append(im)
+        return f"data:image/png;base64,{im.hash}"
+
+    pb = PayloadBuilder("m", 1000, words=words, image_url=url)
+    path, body = pb.request(Session("s", (turn,)), 0, [])
+    assert path == CHAT
+    (msg,) = json.loads(body)["messages"]
+    first, image, last = msg["content"]
+    assert image == {"type": "image_url", "image_url": {"url": "data:image/png;base64,99"}}
+    # The text parts are the words of the chain's tokens around the image, nothing else.
+    whole = json.loads(PayloadBuilder("m", 1000, words=words).completions(b.chain(), 1))["prompt"]
+    toks = whole.split(" ")[1:]
+    assert first["text"].split(" ")[1:] == toks[:20]
+    assert last["text"].split(" ")[1:] == toks[50:]
+    pb.request(Session("s", (turn,)), 0, [])
+    assert asked == [shot]  # each image's URL is made once
+    with pytest.raises(ValueError, match="need words and an image_url"):
+        PayloadBuilder("m", 1000).request(Session("s", (turn,)), 0, [])

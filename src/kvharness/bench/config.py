@@ -180,9 +180,21 @@ class BenchConfig:
         "sent: completions, to /v1/completions with the prompt as --prompt-format says; chat, "
         "to /v1/chat/completions as one user message of the prompt's text (the server's chat "
         "template then adds its tokens, so prompt token counts and ideal cached tokens are "
-        "approximate). Turns with messages always go to chat, turns with token ids to "
-        "completions",
+        "approximate). Turns with messages or images always go to chat, turns with token ids "
+        "to completions",
     )
+    image_wrap_tokens: int = opt(
+        2,
+        help="tokens the server's chat template adds around each image (Qwen2-VL's "
+        "<|vision_start|> and <|vision_end|>), for the ideal cached tokens of image turns",
+        metavar="N", lo=0, hi=1 << 16,
+    )  # fmt: skip
+    screens: str | None = opt(
+        None,
+        help="folder that caches the screenshots image turns send (real pages rendered once "
+        "with headless Chromium, then stamped with each image's hash)",
+        metavar="DIR", default_means="~/.cache/kvharness/screens",
+    )  # fmt: skip
     scrape_metrics: bool = opt(
         True,
         help="scrape the backends' Prometheus /metrics before and after each pass",

@@ -7,17 +7,22 @@ user message holding that text. Each block's ids or text are encoded to JSON onc
 growing prompt costs a join of cached fragments. Turns with their exact token ids (a recording
 that kept content) send those ids, whatever the prompt format. Turns with messages become
 ``/v1/chat/completions`` requests whose messages are the session's messages so far (turn ``i``
-sends the messages of turns ``0..i``).
+sends the messages of turns ``0..i``). Turns with images (computer-use screenshots) become
+``/v1/chat/completions`` requests of one user message whose content parts are, in prompt order,
+the text of the tokens between images and each image as an ``image_url`` (the caller's
+``image_url`` turns an :class:`~kvharness.workload.images.Image` into its URL, e.g. a PNG data
+URI): the engine then hashes each image's content into its placeholder blocks, as the chain does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
 from kvharness.workload.chain import BlockChain, block_tokens
-from kvharness.workload.model import Session
+from kvharness.workload.images import Image
+from kvharness.workload.model import Session, Turn
 
 __all__ = ["CHAT", "COMPLETIONS", "PayloadBuilder"]
 
@@ -32,10 +37,12 @@ class PayloadBuilder:
     memory grows with the distinct blocks sent.
 
     ``words`` (text prompts): token id ``i`` of a block becomes ``" " + words[i]`` and ids are drawn
-    from ``[0, len(words))`` (``vocab_size`` and ``low`` are then unused)."""
+    from ``[0, len(words))`` (``vocab_size`` and ``low`` are then unused). ``image_url``: an
+    image's URL (needed for turns with images, which also need ``words``); each is asked once."""
 
     __slots__ = (
-        "_blocks", "_chat", "_close", "_low", "_open", "_sep", "_tail", "_vocab", "_words", "model",
+        "_blocks", "_chat", "_close", "_image_url", "_images", "_low", "_open", "_sep", "_tail",
+        "_vocab", "_words", "model",
     )  # fmt: skip
 
     def __init__(
@@ -48,10 +55,13 @@ class PayloadBuilder:
         low: int = 0,
         words: Sequence[str] | None = None,
         chat: bool = False,
+        image_url: Callable[[Image], str] | None = None,
     ):
         if chat and words is None:
             raise ValueError("chat prompts of hash-only turns need words")
         self._chat = chat
+        self._image_url = image_url
+        self._images: dict[Image, bytes] = {}
         self._vocab = vocab_size
         self._low = low
         self._words: list[bytes] | None = None
@@ -98,6 +108,19 @@ class PayloadBuilder:
         for chain in chains:
             self.prompt_ids_json(chain)
 
+    def prepare_images(self, images: Iterable[Image]) -> None:
+        """Make every image's URL now (before a run's clock starts)."""
+        for im in images:
+            self._image_json(im)
+
+    def _image_json(self, im: Image) -> bytes:
+        url = self._images.get(im)
+        if url is None:
+            if self._image_url is None:
+                raise ValueError("turns with images need words and an image_url")
+            url = self._images[im] = _enc.encode(self._image_url(im))
+        return url
+
     def completions(self, chain: BlockChain, max_tokens: int) -> bytes:
         return b"".join(
             (
@@ -114,6 +137,37 @@ class PayloadBuilder:
                 b'{"model":', self.model, b',"messages":[{"role":"user","content":"',
                 self.prompt_ids_json(chain), b'"}],"max_tokens":%d' % max_tokens,
                 self._tail, b"}",
+            )
+        )  # fmt: skip
+
+    def chat_images(self, turn: Turn, max_tokens: int) -> bytes:
+        """A ``/v1/chat/completions`` body of one user message whose content parts are the
+        prompt's text between images and its images, in order (a part per stretch of text)."""
+        words, image_url = self._words, self._image_url
+        if words is None or image_url is None:
+            raise ValueError("turns with images need words and an image_url")
+        chain = turn.input
+        bs = chain.block_size
+        parts: list[bytes] = []
+        pos = 0
+        for im in (*turn.images, None):
+            stop = chain.num_tokens if im is None else im.offset
+            if stop > pos:
+                ids = []
+                for i in range(pos // bs, -(-stop // bs)):
+                    lo, hi = max(pos - i * bs, 0), min(stop - i * bs, bs)
+                    ids.extend(block_tokens(chain.hashes[i], bs, self._vocab, 0)[lo:hi].tolist())
+                text = b"".join([words[t] for t in ids])
+                parts.append(b'{"type":"text","text":"' + text + b'"}')
+            if im is None:
+                break
+            url = self._image_json(im)
+            parts.append(b'{"type":"image_url","image_url":{"url":' + url + b"}}")
+            pos = im.end
+        return b"".join(
+            (
+                b'{"model":', self.model, b',"messages":[{"role":"user","content":[',
+                b",".join(parts), b']}],"max_tokens":%d' % max_tokens, self._tail, b"}",
             )
         )  # fmt: skip
 
@@ -149,6 +203,8 @@ class PayloadBuilder:
     def _request(self, session: Session, index: int, history: Sequence[bytes]) -> tuple[str, bytes]:
         turn = session.turns[index]
         max_tokens = max(1, turn.output_tokens)
+        if turn.images:
+            return CHAT, self.chat_images(turn, max_tokens)
         if turn.prompt_ids is not None:
             return COMPLETIONS, self.completions_ids(turn.prompt_ids, max_tokens)
         if turn.messages is None:

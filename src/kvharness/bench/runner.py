@@ -13,10 +13,12 @@ below it does.
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kvharness.bench.config import BenchConfig
 from kvharness.bench.payload import PayloadBuilder, encode_messages
@@ -24,9 +26,25 @@ from kvharness.bench.transport import Transport
 from kvharness.bench.words import PromptWords, prompt_words
 from kvharness.report.records import RecordWriter, TurnRecord
 from kvharness.workload.ideal import IdealCache, engine_cached_tokens
+from kvharness.workload.images import Image
 from kvharness.workload.model import Arrival, Session, Workload
 
-__all__ = ["Counts", "Runner", "resolve_arrival"]
+__all__ = ["Counts", "Runner", "resolve_arrival", "screen_urls"]
+
+
+def screen_urls(folder: str | None) -> Callable[[Image], str]:
+    """An image's URL for image turns: a PNG data URI of a real screenshot stamped with the
+    image's hash (:func:`kvharness.bench.screens.image_png`), pages rendered once into ``folder``
+    (default ``~/.cache/kvharness/screens``)."""
+    from kvharness.bench.screens import image_png
+
+    cache = Path(folder or "~/.cache/kvharness/screens").expanduser()
+
+    def url(im: Image) -> str:
+        png = image_png(im.hash, im.width, im.height, cache)
+        return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+    return url
 
 
 @dataclass(slots=True)
@@ -83,7 +101,7 @@ class Runner:
         self.finished = set(finished)
         self.ideal = ideal or IdealCache()
         self.words: PromptWords | None = None
-        if cfg.text_prompts:
+        if cfg.text_prompts or workload.has_images:
             self.words = words or prompt_words(cfg.tokenizer)
         self.builder = PayloadBuilder(
             cfg.model or "",
@@ -92,6 +110,7 @@ class Runner:
             temperature=cfg.temperature,
             words=self.words.words if self.words is not None else None,
             chat=cfg.api == "chat",
+            image_url=screen_urls(cfg.screens) if workload.has_images else None,
         )
         # Tokens the server adds before a text prompt (its BOS): a prefix every prompt shares.
         self._special = self.words.special_tokens if self.words is not None else 0
@@ -132,8 +151,13 @@ class Runner:
         url = backend + path
         hit = self.ideal.visit(turn.input)
         k = self._special if turn.messages is None and turn.prompt_ids is None else 0
+        # The chat template's tokens around each image shift the engine's positions after it.
+        wrap = self.cfg.image_wrap_tokens
+        k_hit = k + wrap * sum(1 for im in turn.images if im.offset < hit.tokens)
         ideal = engine_cached_tokens(
-            hit.tokens + k if hit.tokens else 0, turn.input_tokens + k, self.cfg.engine_block_size
+            hit.tokens + k_hit if hit.tokens else 0,
+            turn.input_tokens + k + wrap * len(turn.images),
+            self.cfg.engine_block_size,
         )
         retry = self.cfg.retry
         counts = self.counts
@@ -258,6 +282,14 @@ class Runner:
             for i, t in enumerate(s.turns)
             if t.messages is None and t.prompt_ids is None and (s.id, i) not in self.finished
         )
+        if self.workload.has_images:
+            self.builder.prepare_images(
+                im
+                for s in self.workload.sessions
+                for i, t in enumerate(s.turns)
+                if (s.id, i) not in self.finished
+                for im in t.images
+            )
         for s in self.workload.sessions:
             self._history_of(s)
 
