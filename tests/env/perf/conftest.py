@@ -60,11 +60,11 @@ def cases(rng):
 
 
 def timing(rng):
-    return (rng.standard_normal((1500, 120)),)
+    return (rng.standard_normal((4000, 120)),)
 """
 
 
-def write_task(root: Path, *, reference=REFERENCE, fast=FAST, slower=SLOWER, target=2.0):
+def write_task(root: Path, *, reference=REFERENCE, fast=FAST, slower=SLOWER, target=4.0):
     folder = root / "row_sq"
     for rel, text in {
         "repo/solution.py": reference,
@@ -95,8 +95,8 @@ def write_task(root: Path, *, reference=REFERENCE, fast=FAST, slower=SLOWER, tar
 
 QUICK = TimingPolicy(min_rounds=2, max_rounds=4, rel_ci=0.25, budget_s=30.0)
 """Enough rounds to tell 1x from 20x; the precise figures are the benchmark's. The tests' task
-asks for 2x of a solution that is some 20x faster, so that a loaded machine cannot push the
-oracle's proven speedup under its target."""
+asks for 4x: SLOWER is about 2.4x, FAST about 100x in-process, so that neither the per-call cost
+of the timing exchange nor a loaded machine brings FAST's proven speedup near the target."""
 
 
 @pytest.fixture
