@@ -78,6 +78,8 @@ def grid_tokens(
     """
     if width <= 0 or height <= 0:
         raise ValueError(f"image size must be positive, got {width}x{height}")
+    if max(width, height) > 200 * min(width, height):
+        raise ValueError(f"aspect ratio of {width}x{height} is over 200 (the processor refuses)")
     f = patch * merge
     h = max(f, round(height / f) * f)
     w = max(f, round(width / f) * f)
