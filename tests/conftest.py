@@ -6,12 +6,14 @@
 real small model (SmolLM2-135M-Instruct, ``make real-model``) with vLLM's hermes tool parser, for
 tests whose output text matters. ``KVHARNESS_VLLM_URL`` (comma-separated base URLs)
 points the tiny-model fixtures at running servers instead (``vllm_factory`` and ``real_replica``
-still start their own).
+still start their own). ``vlm_replica`` is one shared replica of the tiny vision-language model
+(Idefics3, :mod:`kvharness.testing.tiny_vlm`), KV events on, for image turns.
 Tests that use them must carry ``@pytest.mark.vllm``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ from kvharness.testing import (
     real_model_dir,
     start_replica,
 )
+from kvharness.testing.tiny_vlm import SERVED_NAME as VLM_NAME
+from kvharness.testing.tiny_vlm import ensure_tiny_vlm
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,6 +60,33 @@ def vllm_pool(vllm_config: ReplicaConfig) -> Iterator[ReplicaPool]:
 def vllm_replicas(vllm_pool: ReplicaPool) -> Sequence[VllmReplica]:
     """One shared, warmed-up replica (a list, for code that takes many). Do not kill it."""
     return vllm_pool.get(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir() -> Path:
+    """The tiny random-weight Idefics3 (created under .cache/ on first use, then reused)."""
+    return ensure_tiny_vlm(REPO / ".cache" / "tiny-idefics3")
+
+
+@pytest.fixture(scope="session")
+def screens_dir() -> Path:
+    """Where the base screenshots of image turns are rendered (once) and kept."""
+    return REPO / ".cache" / "screens"
+
+
+@pytest.fixture(scope="session")
+def vlm_replica(tiny_vlm_dir: Path) -> Iterator[VllmReplica]:
+    """One shared replica of the tiny VLM, up to 16 images a prompt, KV events on."""
+    cfg = ReplicaConfig(
+        model_dir=tiny_vlm_dir,
+        served_name=VLM_NAME,
+        extra_args=("--limit-mm-per-prompt", json.dumps({"image": 16})),
+    )
+    rep = start_replica(cfg)
+    try:
+        yield rep
+    finally:
+        rep.stop()
 
 
 @pytest.fixture(scope="session")

@@ -8,20 +8,17 @@ import json
 import os
 import subprocess
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kvharness.bench.run import reset_prefix_cache
 from kvharness.bench.screens import image_png
-from kvharness.testing import ReplicaConfig, VllmReplica, start_replica, vllm_python
+from kvharness.testing import VllmReplica, vllm_python
 from kvharness.testing.tiny_vlm import (
     CHAT_TEMPLATE,
     IMAGE_TOKEN,
-    SERVED_NAME,
     TinyVlmSpec,
-    ensure_tiny_vlm,
     image_tokens,
     token_id,
     write_tiny_vlm,
@@ -34,28 +31,8 @@ SIZES = [(1280, 800), (640, 400), (1920, 1080), (800, 1280), (100, 100), (3000, 
 
 
 @pytest.fixture(scope="module")
-def vlm_dir() -> Path:
-    return ensure_tiny_vlm(REPO / ".cache" / "tiny-idefics3")
-
-
-@pytest.fixture(scope="module")
-def screens_dir() -> Path:
-    return REPO / ".cache" / "screens"
-
-
-@pytest.fixture(scope="module")
-def vlm_replica(vlm_dir: Path) -> Iterator[VllmReplica]:
-    cfg = ReplicaConfig(
-        model_dir=vlm_dir,
-        served_name=SERVED_NAME,
-        kv_events=False,
-        extra_args=("--limit-mm-per-prompt", json.dumps({"image": 4})),
-    )
-    rep = start_replica(cfg)
-    try:
-        yield rep
-    finally:
-        rep.stop()
+def vlm_dir(tiny_vlm_dir: Path) -> Path:
+    return tiny_vlm_dir
 
 
 def test_tiny_vlm_is_byte_reproducible(tmp_path: Path) -> None:
