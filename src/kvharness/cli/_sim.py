@@ -201,10 +201,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_workload(spec: str) -> None:
     """Refuse a bad synthetic spec or a missing file here, before the sweep's workers load it."""
-    from kvharness.workload.load import parse_synthetic
+    from kvharness.workload.load import parse_computer_use, parse_fixed, parse_synthetic
 
-    if spec == "synthetic" or spec.startswith("synthetic:"):
-        parse_synthetic(spec)
+    name = spec.partition(":")[0]
+    parsers = {
+        "synthetic": parse_synthetic,
+        "fixed": parse_fixed,
+        "computer-use": parse_computer_use,
+    }
+    if name in parsers:
+        parsers[name](spec)
     elif not Path(spec).exists():
         raise UserError(f"--workload {spec}: no such file or folder")
 

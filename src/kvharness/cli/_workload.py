@@ -16,6 +16,7 @@ from rich.table import Table
 
 from kvharness.cli._args import block_size, output_dir, output_file
 from kvharness.workload import formats
+from kvharness.workload.computer_use import ComputerUseConfig
 from kvharness.workload.fixed import FixedConfig
 from kvharness.workload.load import load_workload
 from kvharness.workload.model import Workload
@@ -27,7 +28,8 @@ HELP = "inspect and convert agent-session workloads (traces, trajectories, synth
 _SPEC_HELP = (
     "workload: a trace file or folder in any format `kvharness workload formats` lists (its "
     "format is told from its contents), a gateway recording, 'synthetic[:key=value,...]' (coding-agent "
-    "sessions) or 'fixed[:key=value,...]' (independent requests of one shape) (default: synthetic)"
+    "sessions), 'fixed[:key=value,...]' (independent requests of one shape) or "
+    "'computer-use[:key=value,...]' (a screenshot after every action) (default: synthetic)"
 )
 
 _SHARING = {
@@ -40,7 +42,11 @@ _SHARING = {
 
 def _synthetic_epilog() -> str:
     lines = []
-    for name, cls in (("synthetic", SyntheticConfig), ("fixed", FixedConfig)):
+    for name, cls in (
+        ("synthetic", SyntheticConfig),
+        ("fixed", FixedConfig),
+        ("computer-use", ComputerUseConfig),
+    ):
         lines.append(f"{name} options ({name}:key=value,...):")
         for f in dataclasses.fields(cls):
             lo, hi = f.metadata["bounds"]

@@ -3,6 +3,8 @@
 - ``synthetic`` or ``synthetic:sessions=64,seed=3`` — the coding-agent generator with options;
 - ``fixed:requests=40,input=1000,output=32`` — independent requests of one shape
   (:mod:`kvharness.workload.fixed`), the isolated benchmark;
+- ``computer-use`` or ``computer-use:sessions=16,keep_last=3`` — computer-use sessions, a
+  screenshot after every action (:mod:`kvharness.workload.computer_use`);
 - a file or folder in any format of :mod:`kvharness.workload.formats` (kvharness's own workload
   files and recordings, Mooncake / AIPerf / Dynamo ``hash_ids`` traces, Azure CSV traces, OTel
   GenAI spans, agent trajectories, OpenAI request logs), told by what it starts with or named.
@@ -16,11 +18,12 @@ from typing import TypeVar
 
 from kvharness.errors import FormatError, UserError
 from kvharness.workload import formats
+from kvharness.workload.computer_use import ComputerUseConfig, generate_computer_use
 from kvharness.workload.fixed import FixedConfig, generate_fixed
 from kvharness.workload.model import Workload
 from kvharness.workload.synthetic import SyntheticConfig, generate
 
-__all__ = ["load_workload", "parse_fixed", "parse_synthetic"]
+__all__ = ["load_workload", "parse_computer_use", "parse_fixed", "parse_synthetic"]
 
 C = TypeVar("C")
 
@@ -50,6 +53,11 @@ def parse_synthetic(spec: str) -> SyntheticConfig:
     return _parse_options(spec, SyntheticConfig)
 
 
+def parse_computer_use(spec: str) -> ComputerUseConfig:
+    """``computer-use[:k=v,...]`` -> config; unknown keys and bad values are user errors."""
+    return _parse_options(spec, ComputerUseConfig)
+
+
 def parse_fixed(spec: str) -> FixedConfig:
     """``fixed[:k=v,...]`` -> config; unknown keys and bad values are user errors."""
     return _parse_options(spec, FixedConfig)
@@ -72,6 +80,8 @@ def load_workload(
         return generate(parse_synthetic(spec))
     if spec == "fixed" or spec.startswith("fixed:"):
         return generate_fixed(parse_fixed(spec))
+    if spec == "computer-use" or spec.startswith("computer-use:"):
+        return generate_computer_use(parse_computer_use(spec))
     path = Path(spec)
     try:
         exists = path.is_dir() or path.exists()
@@ -80,6 +90,7 @@ def load_workload(
     if not exists:
         raise UserError(
             f"no such workload {spec!r}: give a trace file or folder (`kvharness workload "
-            "formats` lists what kvharness reads), a recording's folder, synthetic[:k=v,...] or fixed[:k=v,...]"
+            "formats` lists what kvharness reads), a recording's folder, synthetic[:k=v,...], fixed[:k=v,...] or "
+            "computer-use[:k=v,...]"
         )
     return formats.load_path(path, fmt, formats.LoadOptions(block_size, tokenizer))
