@@ -9,6 +9,8 @@ Modules:
 * :mod:`~kvharness.engine.eviction` — LRU, session TTL pinning (Continuum), a CPU offload tier;
   eviction policies by name (``EVICTIONS``, ``make_eviction``).
 * :mod:`~kvharness.engine.cost` — roofline step time; hardware and model presets.
+* :mod:`~kvharness.engine.vision` — vision encoders (a ViT's parameters, FLOPs and bytes per
+  image) and the per-replica encoder cache (vLLM v1's ``EncoderCacheManager``).
 * :mod:`~kvharness.engine.cascade` — shared-prefix (cascade) decode attention: the KV tokens a
   decode batch reads when shared blocks are read once (``ATTENTIONS``, ``SharedBlocks``).
 * :mod:`~kvharness.engine.calibrate` — least-squares fit of the cost model's efficiencies.
@@ -33,17 +35,21 @@ from kvharness.engine.eviction import LRU, CpuTier, EvictionPolicy, SessionTTL, 
 from kvharness.engine.replica import Replica
 from kvharness.engine.request import Request
 from kvharness.engine.scheduler import Plan, Scheduler, SchedulerConfig
+from kvharness.engine.vision import QWEN25_VL_VIT, EncoderCache, EncoderInput, VisionSpec
 
 __all__ = [
     "ATTENTIONS",
     "HARDWARE",
     "LRU",
     "MODELS",
+    "QWEN25_VL_VIT",
     "BlockPool",
     "CostModel",
     "CpuTier",
     "Deployment",
     "Efficiency",
+    "EncoderCache",
+    "EncoderInput",
     "EvictionPolicy",
     "Hardware",
     "ModelSpec",
@@ -57,4 +63,5 @@ __all__ = [
     "SharedBlocks",
     "StepBatch",
     "ToolTTL",
+    "VisionSpec",
 ]

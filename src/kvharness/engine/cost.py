@@ -10,8 +10,17 @@ Bytes are the weights read once per step (for a MoE, the experts the batch touch
 read by attention and the KV written. ``tp_comm`` is two all-reduces per layer over the GPU link.
 
 Presets: hardware ``H100``, ``H200``, ``B200``; models ``llama-3.1-8b``, ``llama-3.3-70b``,
-``qwen3-32b`` and ``moe-230b-a10b`` (230B total / 10B active, shaped like MiniMax-M2). Efficiency
-factors are fitted by :func:`kvharness.engine.calibrate.calibrate` from measured times.
+``qwen3-32b``, ``moe-230b-a10b`` (230B total / 10B active, shaped like MiniMax-M2) and the
+vision-language ``qwen2.5-vl-7b`` and ``qwen2.5-vl-72b``. Efficiency factors are fitted by
+:func:`kvharness.engine.calibrate.calibrate` from measured times.
+
+**Images.** A model with a vision encoder (:attr:`ModelSpec.vision`, a
+:class:`~kvharness.engine.vision.VisionSpec`) encodes the images a step's prefill chunks reach
+(:attr:`StepBatch.encoder_images`) in the same step, before the language model runs. The step
+takes :meth:`CostModel.encoder_time` longer: the same roofline, ``max(encoder FLOPs / (bf16 peak
+* compute_eff), (encoder weights + activations) / (hbm_bw * memory_eff))`` split ``tp`` ways
+(vLLM shards the encoder's weights like the language model's by default), plus two all-reduces
+per encoder layer when ``tp > 1``. A step with no image costs exactly what it did without them.
 
 **Decode KV reads.** Attention FLOPs are per query-key pair, always. The bytes decode attention reads
 are ``decode_kv_read`` tokens of KV when the batch gives it, else ``decode_ctx`` (a paged kernel:
@@ -28,8 +37,13 @@ before a given time (:meth:`CostModel.decode_steps_until`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
+
+from msgspec import UNSET, UnsetType
+
+from kvharness.engine.vision import QWEN25_VL_VIT, VisionSpec
 
 __all__ = [
     "HARDWARE",
@@ -74,7 +88,9 @@ HARDWARE: dict[str, Hardware] = {
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """A decoder-only transformer. ``experts`` / ``experts_per_token`` are 0 for dense models."""
+    """A decoder-only transformer. ``experts`` / ``experts_per_token`` are 0 for dense models.
+    ``params`` are the language model's; ``vision`` is the image encoder of a vision-language
+    model (unset for a text-only one, and then absent from the spec's JSON)."""
 
     name: str
     params: float
@@ -86,6 +102,12 @@ class ModelSpec:
     head_dim: int
     experts: int = 0
     experts_per_token: int = 0
+    vision: VisionSpec | UnsetType = UNSET
+
+    @property
+    def encoder(self) -> VisionSpec | None:
+        """The vision encoder, or None for a text-only model."""
+        return None if isinstance(self.vision, UnsetType) else self.vision
 
     def __post_init__(self) -> None:
         if not 0 < self.active_params <= self.params:
@@ -107,12 +129,24 @@ class ModelSpec:
         return always + self.experts * per_expert * (1.0 - miss)
 
 
+_QWEN25_VL_72B_VIT = replace(QWEN25_VL_VIT, out_hidden=8192)
+
 MODELS: dict[str, ModelSpec] = {
     # Shapes from the models' published configs.
     "llama-3.1-8b": ModelSpec("llama-3.1-8b", 8.03e9, 8.03e9, 32, 4096, 32, 8, 128),
     "llama-3.3-70b": ModelSpec("llama-3.3-70b", 70.6e9, 70.6e9, 80, 8192, 64, 8, 128),
     "qwen3-32b": ModelSpec("qwen3-32b", 32.8e9, 32.8e9, 64, 5120, 64, 8, 128),
     "moe-230b-a10b": ModelSpec("moe-230b-a10b", 230e9, 10e9, 62, 3072, 48, 8, 128, 256, 8),
+    # Qwen2.5-VL: the language model is Qwen2.5-7B / -72B's (28 layers, hidden 3584, 28 heads,
+    # 4 KV heads; 80 layers, hidden 8192, 64 heads, 8 KV heads; untied 152,064-token
+    # embeddings), parameters counted from those shapes; the vision encoder is the one ViT of
+    # the family with the merger's output at the language model's width.
+    "qwen2.5-vl-7b": ModelSpec(
+        "qwen2.5-vl-7b", 7.62e9, 7.62e9, 28, 3584, 28, 4, 128, vision=QWEN25_VL_VIT
+    ),
+    "qwen2.5-vl-72b": ModelSpec(
+        "qwen2.5-vl-72b", 72.7e9, 72.7e9, 80, 8192, 64, 8, 128, vision=_QWEN25_VL_72B_VIT
+    ),
 }
 
 
@@ -169,7 +203,11 @@ class Deployment:
 
     @property
     def weight_bytes(self) -> float:
-        return self.model.params * _DTYPE_BYTES[self.weight_dtype]
+        """Weights held in memory: the language model's in ``weight_dtype``, a vision
+        encoder's in bf16."""
+        text = self.model.params * _DTYPE_BYTES[self.weight_dtype]
+        enc = self.model.encoder
+        return text if enc is None else text + enc.params * _DTYPE_BYTES["bf16"]
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -203,6 +241,8 @@ class StepBatch(NamedTuple):
     decode_kv_read: int | None = None
     """Tokens of KV decode attention reads from memory; None: ``decode_ctx`` (each sequence reads
     its own context). Less under a shared-prefix kernel; attention FLOPs still use ``decode_ctx``."""
+    encoder_images: tuple[int, ...] = ()
+    """Placeholder tokens of each image the vision encoder computes in this step."""
 
     @property
     def decode_kv(self) -> int:
@@ -213,7 +253,18 @@ class StepBatch(NamedTuple):
 class CostModel:
     """Turns a :class:`StepBatch` into seconds for one :class:`Deployment`. Pure and cheap."""
 
-    __slots__ = ("_attn", "_cbw", "_dep", "_flop_tok", "_kvb", "_mbw", "_overhead", "_tp")
+    __slots__ = (
+        "_attn",
+        "_cbw",
+        "_dep",
+        "_ecbw",
+        "_enc",
+        "_flop_tok",
+        "_kvb",
+        "_mbw",
+        "_overhead",
+        "_tp",
+    )
 
     def __init__(self, dep: Deployment) -> None:
         self._dep = dep
@@ -226,6 +277,9 @@ class CostModel:
         self._attn = 4.0 * m.layers * m.heads * m.head_dim
         self._kvb = dep.kv_bytes_per_token
         self._overhead = eff.step_overhead
+        self._enc = m.encoder
+        # The vision encoder runs in bf16 whatever the language model's weights are.
+        self._ecbw = 1.0 / (hw.bf16_flops * eff.compute * dep.tp)
 
     @property
     def deployment(self) -> Deployment:
@@ -257,11 +311,57 @@ class CostModel:
         kv = b.decode_ctx if b.decode_kv_read is None else b.decode_kv_read
         flops = self._flop_tok * tokens + self._attn * (b.prefill_pairs + b.decode_ctx)
         nbytes = self.weight_read_bytes(tokens) + self._kvb * (b.prefill_kv_read + kv + tokens)
-        return (
+        t = (
             self._overhead
             + max(flops * self._cbw, nbytes * self._mbw)
             + (self.comm_time(tokens) if self._tp > 1 else 0.0)
         )
+        if b.encoder_images:
+            t += self.encoder_time(b.encoder_images)
+        return t
+
+    def _vision(self) -> VisionSpec:
+        enc = self._enc
+        if enc is None:
+            raise ValueError(f"{self._dep.model.name} has no vision encoder")
+        return enc
+
+    def encoder_flops(self, tokens: int) -> float:
+        """FLOPs to encode one image of ``tokens`` placeholder tokens (whole group, not per GPU)."""
+        enc = self._vision()
+        return enc.flops(enc.patches(tokens))
+
+    def encoder_time(self, images: Sequence[int]) -> float:
+        """Seconds the vision encoder adds to a step that encodes ``images`` (placeholder tokens
+        of each): weights read once, each image's FLOPs and activations, the TP all-reduces.
+        O(images). Raises ValueError for a model without a vision encoder."""
+        if not images:
+            return 0.0
+        enc = self._vision()
+        flops = acts = 0.0
+        patches = 0
+        for t in images:
+            p = enc.patches(t)
+            patches += p
+            flops += enc.flops(p)
+            acts += enc.activation_values(p)
+        bf16 = _DTYPE_BYTES["bf16"]
+        nbytes = enc.params * bf16 + acts * bf16
+        return max(flops * self._ecbw, nbytes * self._mbw) + self._encoder_comm(enc, patches)
+
+    def encoder_comm_time(self, images: Sequence[int]) -> float:
+        """The tensor-parallel all-reduces' part of :meth:`encoder_time` (0 when tp == 1)."""
+        enc = self._vision()
+        return self._encoder_comm(enc, sum(enc.patches(t) for t in images))
+
+    def _encoder_comm(self, enc: VisionSpec, patches: int) -> float:
+        tp = self._tp
+        if tp == 1 or patches == 0:
+            return 0.0
+        eff = self._dep.efficiency
+        size = patches * enc.hidden * _DTYPE_BYTES["bf16"]
+        per = 2.0 * (tp - 1) / tp * size / (self._dep.hardware.link_bandwidth * eff.link)
+        return 2 * enc.layers * (per + eff.allreduce_latency)
 
     def terms(self, b: StepBatch) -> tuple[float, float, float]:
         """(FLOPs at peak, bytes at peak HBM bandwidth, TP communication), seconds per GPU, with

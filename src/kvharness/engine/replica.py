@@ -30,6 +30,13 @@ durations (1% wide; a decode run of ``k`` steps adds ``k`` at its mean step time
 sequences share, at the achieved HBM bandwidth (tracked under the default kernel too when
 ``track_shared``; 0 otherwise).
 
+**Images.** A deployment whose model has a vision encoder gets an
+:class:`~kvharness.engine.vision.EncoderCache` (``encoder_cache_tokens`` placeholder tokens,
+``encoder_budget_tokens`` a step; both default to vLLM's ``max(max_num_batched_tokens, the
+model's largest image)``); the scheduler plans which images a step encodes and the cost model adds
+their encoder time to the step. ``encoder_seconds`` sums that time (the encoder's part of
+``busy_seconds``); each request's ``encoder_seconds`` gets its images' share of it, by FLOPs.
+
 **Counters.** ``running``, ``waiting``, ``used_blocks``, ``cached_blocks`` and
 ``pending_prefill_tokens`` read the scheduler and the pool as they are now, and
 ``prefill_tokens_per_s`` is the cost model's full-step prefill rate. A replica knows nothing of
@@ -47,6 +54,7 @@ from kvharness.engine.events import KVEvent
 from kvharness.engine.eviction import CpuTier, EvictionPolicy, make_eviction
 from kvharness.engine.request import Request
 from kvharness.engine.scheduler import Plan, Scheduler, SchedulerConfig
+from kvharness.engine.vision import EncoderCache
 
 __all__ = ["Replica"]
 
@@ -58,6 +66,8 @@ class Replica:
     host-memory tier of that many blocks. ``num_blocks`` overrides the KV capacity computed from
     the deployment (tests use small pools). ``attention`` is ``default`` or ``cascade``;
     ``track_shared`` measures shared-prefix reads under the default kernel too.
+    ``encoder_cache_tokens`` / ``encoder_budget_tokens`` size a vision model's encoder cache and
+    per-step encoder budget (placeholder tokens; None: vLLM's defaults).
     """
 
     def __init__(
@@ -73,6 +83,8 @@ class Replica:
         jump: bool = True,
         attention: str = "default",
         track_shared: bool = False,
+        encoder_cache_tokens: int | None = None,
+        encoder_budget_tokens: int | None = None,
     ) -> None:
         self.name = name
         self.deployment = deployment
@@ -90,14 +102,25 @@ class Replica:
             events=events,
             on_evict=self.cpu_tier.put if self.cpu_tier is not None else None,
         )
+        config = config or SchedulerConfig()
+        self.encoder: EncoderCache | None = None
+        """The encoder cache (None for a text-only model)."""
+        vision = deployment.model.encoder
+        if vision is not None:
+            default = max(config.max_num_batched_tokens, vision.max_image_tokens)
+            self.encoder = EncoderCache(
+                encoder_cache_tokens if encoder_cache_tokens is not None else default,
+                encoder_budget_tokens if encoder_budget_tokens is not None else default,
+            )
         self.scheduler = Scheduler(
             self.pool,
-            config or SchedulerConfig(),
+            config,
             eviction if eviction is not None else make_eviction("lru"),
             self.cpu_tier,
             attention=attention,
             merge_tokens=merge_tokens(deployment),
             track_shared=track_shared,
+            encoder=self.encoder,
         )
         self.jump = jump
         budget = self.scheduler.config.max_num_batched_tokens
@@ -118,6 +141,8 @@ class Replica:
         self.decode_steps = 0
         self.decode_seconds = 0.0
         self.shared_kv_seconds = 0.0
+        self.encoder_seconds = 0.0
+        """Vision-encoder time of the steps simulated (part of ``busy_seconds``)."""
         self.decode_step_hist: dict[int, int] = {}
         """Decode step durations: bin ``round(100 ln(seconds))`` -> steps."""
         self._plan: Plan | None = None
@@ -164,6 +189,8 @@ class Replica:
                 self.decode_tokens += k * self._run_seqs
                 self._count_decode(k, now - self._start, plan.shared_kv)
             else:
+                if plan.encodes:
+                    self._count_encoder(plan)
                 finished = sched.postprocess(plan, now)
                 self.steps += 1
                 self.prefill_tokens += plan.batch.prefill_tokens
@@ -215,6 +242,16 @@ class Replica:
         return self.scheduler.pending_prefill
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _count_encoder(self, plan: Plan) -> None:
+        """Add a step's encoder time to the replica's and, by FLOPs, to its requests'."""
+        cost = self.cost
+        seconds = cost.encoder_time(plan.batch.encoder_images)
+        self.encoder_seconds += seconds
+        flops = [cost.encoder_flops(t) for _, t in plan.encodes]
+        total = sum(flops)
+        for (req, _), f in zip(plan.encodes, flops, strict=True):
+            req.encoder_seconds += seconds * f / total
 
     def _count_decode(self, k: int, seconds: float, shared_kv: int) -> None:
         self.decode_steps += k

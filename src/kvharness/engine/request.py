@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvharness.engine.vision import EncoderInput
+
 __all__ = ["Request"]
 
 
@@ -20,6 +22,12 @@ class Request:
     ``first_token`` the end of the step that sampled its first token, ``done`` the end of the step
     that sampled its last. ``cached_tokens`` is the prefix-cache hit at its first scheduling.
     ``next_tool`` / ``last_turn`` tell an agent-aware eviction policy what follows it.
+
+    ``images`` are the prompt's images in prompt order, at the engine's token positions (each one's
+    placeholder tokens a stretch of the prompt); ``image_cursor`` is the first of them the prefill
+    has not yet computed past. ``encoder_seconds`` is the vision-encoder time of the steps that
+    encoded its images (its share when a step encoded several), so that its TTFT splits into
+    queue (``scheduled - arrival``), encoder and the rest.
     """
 
     __slots__ = (
@@ -28,9 +36,12 @@ class Request:
         "blocks",
         "cached_tokens",
         "done",
+        "encoder_seconds",
         "first_token",
         "generated",
         "id",
+        "image_cursor",
+        "images",
         "last_turn",
         "next_tool",
         "num_computed",
@@ -56,9 +67,12 @@ class Request:
         next_tool: str | None = None,
         last_turn: bool = True,
         tag: Any = None,
+        images: tuple[EncoderInput, ...] = (),
     ) -> None:
         if prompt_tokens <= 0:
             raise ValueError(f"request {id!r}: prompt_tokens must be > 0")
+        if images and images[-1].end > prompt_tokens:
+            raise ValueError(f"request {id!r}: an image ends past the prompt's {prompt_tokens}")
         self.id = id
         self.block_hashes = block_hashes
         self.prompt_tokens = prompt_tokens
@@ -69,6 +83,9 @@ class Request:
         self.next_tool = next_tool
         self.last_turn = last_turn
         self.tag = tag
+        self.images = images
+        self.image_cursor = 0
+        self.encoder_seconds = 0.0
         self.num_computed = 0
         self.generated = 0
         self.num_hashed = 0

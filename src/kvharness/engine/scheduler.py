@@ -11,6 +11,18 @@ With ``attention="cascade"`` (or ``track_shared=True``) the scheduler keeps a
 it is first scheduled as a decode (O(its prompt blocks), once) and leaves when it finishes or is
 preempted, so a step stays O(requests in the batch), never O(blocks); only a step that leaves some
 decoding request out (the token budget ran out first) counts its decodes' blocks afresh.
+
+**Images** (with an :class:`~kvharness.engine.vision.EncoderCache`, as vLLM v1 schedules them):
+when a request's chunk ``[computed, computed + n)`` reaches an image's placeholder tokens that
+are not computed yet (not prefix-cached, not consumed by an earlier chunk), the whole image is
+encoded in that step, unless its output is in the encoder cache (the same screenshot seen by
+this replica before, or by another request of this step) or this request already holds it (an
+earlier chunk encoded it). An image that does not fit (the step's encoder budget or the cache's
+room, after evicting unreferenced entries) cuts the chunk just before it; a chunk that would then
+be empty is not scheduled (a waiting request stays at the head of the queue: ``blocked =
+"encoder"``). The request references each image it needs until its prefill has computed past
+the image, or it is preempted or finishes. A step's images are :attr:`Plan.encodes` and
+:attr:`StepBatch.encoder_images`. Cost: O(images the chunk reaches) per scheduled request.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from kvharness.engine.cascade import ATTENTIONS, SharedBlocks
 from kvharness.engine.cost import StepBatch
 from kvharness.engine.eviction import CpuTier, EvictionPolicy
 from kvharness.engine.request import Request
+from kvharness.engine.vision import EncoderCache, EncoderInput
 
 __all__ = ["Plan", "Scheduler", "SchedulerConfig"]
 
@@ -46,9 +59,10 @@ class Plan:
     """One step: ``items`` are (request, tokens to compute) in batch order.
 
     ``blocked`` says why waiting requests were left waiting (``"blocks"``, ``"seqs"``,
-    ``"budget"``) or is None when none were. ``load_seconds`` is CPU-tier transfer time the step
-    waits for. ``shared_kv`` is the KV tokens decode attention reads from blocks that several of
-    the batch's decode sequences share (0 unless the scheduler tracks sharing).
+    ``"budget"``, ``"encoder"``) or is None when none were. ``load_seconds`` is CPU-tier transfer
+    time the step waits for. ``shared_kv`` is the KV tokens decode attention reads from blocks
+    that several of the batch's decode sequences share (0 unless the scheduler tracks sharing).
+    ``encodes`` are (request, placeholder tokens) of each image the step encodes.
     """
 
     items: list[tuple[Request, int]]
@@ -58,6 +72,7 @@ class Plan:
     preempted: bool
     load_seconds: float = 0.0
     shared_kv: int = 0
+    encodes: tuple[tuple[Request, int], ...] = ()
 
 
 class Scheduler:
@@ -66,6 +81,7 @@ class Scheduler:
     ``attention`` names the decode kernel (:data:`~kvharness.engine.cascade.ATTENTIONS`);
     ``merge_tokens`` is the cascade path's merge cost per sharing sequence (KV tokens);
     ``track_shared`` counts shared blocks for :attr:`Plan.shared_kv` under ``default`` too.
+    ``encoder`` is the replica's encoder cache (None: a text-only model; images are ignored).
     """
 
     def __init__(
@@ -78,6 +94,7 @@ class Scheduler:
         attention: str = "default",
         merge_tokens: int = 0,
         track_shared: bool = False,
+        encoder: EncoderCache | None = None,
     ) -> None:
         if attention not in ATTENTIONS:
             raise ValueError(
@@ -92,6 +109,7 @@ class Scheduler:
         self.config = config
         self.eviction = eviction
         self.cpu_tier = cpu_tier
+        self.encoder = encoder
         eviction.bind(pool)
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
@@ -119,6 +137,9 @@ class Scheduler:
     def _preempt(self, victim: Request) -> None:
         if self.shared is not None:
             self.shared.discard(victim)
+        if self.encoder is not None and victim.images:
+            self.encoder.release_all(victim, victim.images[victim.image_cursor :])
+            victim.image_cursor = 0
         self.pool.free(victim.blocks)
         victim.blocks = []
         victim.num_hashed = 0
@@ -152,9 +173,21 @@ class Scheduler:
         shared = self.shared
         decoders: list[Request] = []
         i = 0
+        enc = self.encoder
+        enc_budget = enc.budget if enc is not None else 0
+        encodes: list[tuple[Request, int]] = []
+        work: tuple[list[EncoderInput], list[EncoderInput]] | None
         while i < len(running) and budget > 0:
             r = running[i]
             n = min(r.num_tokens - r.num_computed, budget)
+            work = None
+            if enc is not None and r.images and r.num_computed < r.prompt_tokens:
+                n, hits, todo = self._images_for(enc, r, r.num_computed, n, enc_budget)
+                if n == 0:
+                    enc.release_all(r, hits)
+                    i += 1
+                    continue
+                work = hits, todo
             need = self._blocks_for(r.num_computed + n) - len(r.blocks)
             while need > pool.num_free and ev.release_one(now):
                 pass
@@ -170,6 +203,8 @@ class Scheduler:
                 break
             if need > 0:
                 r.blocks.extend(pool.allocate(need))
+            if work is not None and enc is not None:
+                enc_budget -= self._encode(enc, r, *work, encodes)
             self._account_prefix(r, n)
             items.append((r, n))
             budget -= n
@@ -213,6 +248,14 @@ class Scheduler:
                 n_cpu = self.cpu_tier.match(r.block_hashes, len(hit), limit)
             computed = (len(hit) + n_cpu) * bs
             n = min(r.num_tokens - computed, budget)
+            work = None
+            if enc is not None and r.images:
+                n, hits, todo = self._images_for(enc, r, computed, n, enc_budget)
+                if n == 0:
+                    enc.release_all(r, hits)
+                    blocked = "encoder"
+                    break
+                work = hits, todo
             need = self._blocks_for(computed + n) - len(hit)
             evictable_hits = pool.num_evictable(hit)
             while need + evictable_hits > pool.num_free and ev.release_one(now):
@@ -220,7 +263,11 @@ class Scheduler:
                 evictable_hits = pool.num_evictable(hit)
             if need + evictable_hits > pool.num_free:
                 blocked = "blocks"
-                self._refused = (r, pool.frees)
+                if work is not None and enc is not None:
+                    # The chunk depends on the encoder cache too: no memo of the refusal.
+                    enc.release_all(r, work[0])
+                else:
+                    self._refused = (r, pool.frees)
                 break
             waiting.popleft()
             pool.touch(hit)
@@ -230,6 +277,11 @@ class Scheduler:
             if n_cpu:
                 load += self.cpu_tier.load_seconds(n_cpu) if self.cpu_tier is not None else 0.0
                 self._cache_prompt_blocks(r, computed)
+            if work is not None and enc is not None:
+                enc_budget -= self._encode(enc, r, *work, encodes)
+                skipped = self._consume_images(enc, r)
+                if r.cached_tokens is None:
+                    enc.prefix_cached += skipped
             if r.cached_tokens is None:
                 r.cached_tokens = computed
                 r.scheduled = now
@@ -246,9 +298,13 @@ class Scheduler:
             prefill_pairs += n * (computed + (n + 1) / 2)
             prefill_kv += computed + n
 
+        images = tuple(t for _, t in encodes) if encodes else ()
         if shared is None or not decode_seqs:
-            batch = StepBatch(prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_ctx)
-            return Plan(items, batch, all_decode and bool(items), blocked, preempted, load)
+            batch = StepBatch(
+                prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_ctx, None, images
+            )
+            decode_only = all_decode and bool(items)
+            return Plan(items, batch, decode_only, blocked, preempted, load, 0, tuple(encodes))
         if len(shared) != decode_seqs:  # some decoding request was left out of this step
             shared = SharedBlocks(decoders)
         bs = self.pool.block_size
@@ -260,9 +316,71 @@ class Scheduler:
                 kv_read = cascade
                 shared_kv -= shared.duplicates * bs
         batch = StepBatch(
-            prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_ctx, kv_read
+            prefill_tokens, prefill_pairs, prefill_kv, decode_seqs, decode_ctx, kv_read, images
         )
-        return Plan(items, batch, all_decode, blocked, preempted, load, shared_kv)
+        return Plan(items, batch, all_decode, blocked, preempted, load, shared_kv, tuple(encodes))
+
+    @staticmethod
+    def _images_for(
+        enc: EncoderCache, r: Request, start: int, n: int, budget: int
+    ) -> tuple[int, list[EncoderInput], list[EncoderInput]]:
+        """The chunk ``[start, start + n)`` of ``r`` cut where an image cannot be encoded, the
+        images it finds in the encoder cache (referenced for ``r`` now) and those to encode.
+        Changes nothing else; see the module docstring for the rules."""
+        hits: list[EncoderInput] = []
+        todo: list[EncoderInput] = []
+        images = r.images
+        end = start + n
+        pending = 0
+        planned: set[int] = set()
+        for k in range(r.image_cursor, len(images)):
+            im = images[k]
+            if im.offset >= end:
+                break
+            h = im.hash
+            if im.end <= start or h in planned or enc.holds(r, h):
+                continue
+            if enc.acquire(r, h):
+                hits.append(im)
+                planned.add(h)
+                continue
+            if im.tokens > budget - pending or not enc.can_allocate(im.tokens + pending):
+                n = im.offset - start if start < im.offset else 0
+                break
+            todo.append(im)
+            planned.add(h)
+            pending += im.tokens
+        return n, hits, todo
+
+    @staticmethod
+    def _encode(
+        enc: EncoderCache,
+        r: Request,
+        hits: list[EncoderInput],
+        todo: list[EncoderInput],
+        encodes: list[tuple[Request, int]],
+    ) -> int:
+        """Commit a scheduled chunk's images: count its hits, store the ones it encodes (now
+        referenced by ``r``) and add them to the step. Returns the encoder tokens used."""
+        enc.hits += len(hits)
+        used = 0
+        for im in todo:
+            enc.allocate(r, im.hash, im.tokens)
+            encodes.append((r, im.tokens))
+            used += im.tokens
+        return used
+
+    @staticmethod
+    def _consume_images(enc: EncoderCache, r: Request) -> int:
+        """Release the images ``r``'s prefill has computed past; returns how many it passed."""
+        images = r.images
+        k = start = r.image_cursor
+        done = r.num_computed
+        while k < len(images) and images[k].end <= done:
+            enc.release(r, images[k].hash)
+            k += 1
+        r.image_cursor = k
+        return k - start
 
     def _account_prefix(self, r: Request, n: int) -> None:
         # Blocks become findable when scheduled (as in vLLM), before the step computes them.
@@ -277,8 +395,11 @@ class Scheduler:
         """Apply a step that ended at ``end``: advance, sample, finish. Returns finished requests
         (their blocks already released through the eviction policy)."""
         finished: list[Request] = []
+        enc = self.encoder
         for r, n in plan.items:
             r.num_computed += n
+            if enc is not None and r.images and r.image_cursor < len(r.images):
+                self._consume_images(enc, r)
             if r.num_computed == r.num_tokens:
                 r.generated += 1
                 if r.first_token is None:
@@ -294,9 +415,12 @@ class Scheduler:
         done = set(map(id, finished))
         self.running = [r for r in self.running if id(r) not in done]
         shared = self.shared
+        enc = self.encoder
         for r in finished:
             if shared is not None:
                 shared.discard(r)
+            if enc is not None and r.images:
+                enc.release_all(r, r.images[r.image_cursor :])
             self.eviction.on_finish(r, end)
 
     def advance_decode(self, reqs: list[Request], k: int, end: float) -> list[Request]:

@@ -22,6 +22,14 @@ number of replicas), or the routing package's :class:`~kvharness.routing.index.P
 (``prefix_source="index"``); ``"direct"`` asks each replica's block pool (O(replicas) per turn).
 All three give the same answers.
 
+**Images.** A turn's images go to the engine with the request (at the same token positions:
+the engine sees the prompt the chain describes); a replica of a vision-language model encodes
+them as vLLM does (:mod:`kvharness.engine.scheduler`). A workload with images needs a model
+with a vision encoder. Each turn's encoder time is kept (:attr:`SimResult.turn_encoder_seconds`)
+so its TTFT splits into queue, encoder and prefill; a session's lower bound adds the encoder time
+of the images an ideal cache would not have (those past its ideal cached prefix, not seen
+earlier in the session).
+
 **Costs.** Per simulated turn the work is O(its blocks + replicas for the policy's own scan); per
 engine step it is O(requests in the batch), never O(replicas).
 """
@@ -41,6 +49,8 @@ from kvharness.engine.eviction import ToolTTL, make_eviction
 from kvharness.engine.replica import Replica
 from kvharness.engine.request import Request
 from kvharness.engine.scheduler import SchedulerConfig
+from kvharness.engine.vision import EncoderInput
+from kvharness.errors import UserError
 from kvharness.report.records import TurnRecord
 from kvharness.routing.base import Policy, ReplicaState, RouteRequest
 from kvharness.routing.index import PrefixIndex
@@ -51,6 +61,7 @@ from kvharness.sim.ideal import SessionIdealCache
 from kvharness.sim.prefix import MaskIndex
 from kvharness.workload.chain import BlockChain
 from kvharness.workload.ideal import engine_cached_tokens
+from kvharness.workload.images import Image
 from kvharness.workload.model import Arrival, Workload
 
 __all__ = ["ReplicaStats", "SimConfig", "SimResult", "Simulator", "scale_arrival", "simulate"]
@@ -116,11 +127,22 @@ class ReplicaStats:
     decode_seconds: float = 0.0
     shared_kv_seconds: float = 0.0
     decode_step_hist: Mapping[int, int] = field(default_factory=dict)
+    encoder_seconds: float = 0.0
+    """Vision-encoder time (s), part of ``busy_seconds``."""
+    images_encoded: int = 0
+    encoder_cache_hits: int = 0
+    """Images found in the encoder cache instead of being encoded."""
+    images_prefix_cached: int = 0
+    """Images wholly inside a request's prefix-cache hit (they cost nothing)."""
 
 
 @dataclass(slots=True)
 class SimResult:
-    """Records in send order, each session's lower bound (s), replica statistics."""
+    """Records in send order, each session's lower bound (s), replica statistics.
+
+    For a workload with images: ``images`` and ``image_tokens`` sent to replicas, and
+    ``turn_encoder_seconds`` (session id, turn) -> the encoder time each completed turn caused.
+    """
 
     records: list[TurnRecord]
     lower_bounds: dict[str, float]
@@ -129,6 +151,19 @@ class SimResult:
     events: int
     shared_measured: bool = False
     """Whether shared-prefix reads were measured (``cascade`` attention or ``shared_stats``)."""
+    has_images: bool = False
+    images: int = 0
+    image_tokens: int = 0
+    turn_encoder_seconds: dict[tuple[str, int], float] = field(default_factory=dict)
+
+    @property
+    def encoder_share(self) -> float | None:
+        """Vision-encoder time / busy time, all replicas together (None: no images or no
+        busy time)."""
+        busy = sum(r.busy_seconds for r in self.replicas)
+        if not self.has_images or not busy:
+            return None
+        return sum(r.encoder_seconds for r in self.replicas) / busy
 
     @property
     def engine_steps(self) -> int:
@@ -190,6 +225,12 @@ class Simulator:
         self.workload = workload
         self.config = config
         dep = config.cluster.deployment
+        self.has_images = workload.has_images
+        if self.has_images and dep.model.encoder is None:
+            raise UserError(
+                f"the workload has images but {dep.model.name} has no vision encoder: simulate "
+                "a vision-language model, e.g. --cluster 16xH200:qwen2.5-vl-7b"
+            )
         self.block_size = dep.block_size
         self.policy = policy or make_policy(config.policy, **dict(config.policy_options))
         self.ttls = ToolTTL()
@@ -238,6 +279,10 @@ class Simulator:
         self._ideal = SessionIdealCache()
         self._records: list[tuple[float, int, TurnRecord]] = []
         self._solo: dict[int, float] = {}
+        self._images = self._image_tokens = 0
+        self._turn_encoder: dict[tuple[str, int], float] = {}
+        self._seen_images: dict[int, set[int]] = {}
+        """Per session, the images its completed turns held (an ideal encoder cache's)."""
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -333,12 +378,20 @@ class Simulator:
                     r.decode_seconds,
                     r.shared_kv_seconds,
                     dict(r.decode_step_hist),
+                    r.encoder_seconds,
+                    r.encoder.encoded if r.encoder is not None else 0,
+                    r.encoder.hits if r.encoder is not None else 0,
+                    r.encoder.prefix_cached if r.encoder is not None else 0,
                 )
                 for r in replicas
             ],
             now,
             events,
             self.config.attention == "cascade" or self.config.shared_stats,
+            self.has_images,
+            self._images,
+            self._image_tokens,
+            self._turn_encoder,
         )
 
     def _start_session(self, si: int, now: float) -> None:
@@ -361,11 +414,22 @@ class Simulator:
         last = ti + 1 >= len(session.turns)
         next_tool = None if last else session.turns[ti + 1].tool
         pool_blocks = self.replicas[0].pool.num_blocks
-        if prompt <= 0 or -(-(prompt + max(1, turn.output_tokens)) // bs) > pool_blocks:
-            cause = "empty prompt" if prompt <= 0 else "too long: exceeds a replica's KV capacity"
+        cause = None
+        if prompt <= 0:
+            cause = "empty prompt"
+        elif -(-(prompt + max(1, turn.output_tokens)) // bs) > pool_blocks:
+            cause = "too long: exceeds a replica's KV capacity"
+        elif turn.images:
+            cause = self._image_error(turn.images)
+        if cause is not None:
             self._record(si, ti, "", now, None, None, prompt, None, ideal, 0, None, cause)
             self._next_turn(si, ti, now)
             return
+        images: tuple[EncoderInput, ...] = ()
+        if turn.images:
+            images = tuple(EncoderInput(im.offset, im.tokens, im.hash) for im in turn.images)
+            self._images += len(images)
+            self._image_tokens += turn.image_tokens
         matched = self.match(hashes)
         decision = self.policy.choose(rreq, self.states, self.eligible, matched, now)
         ri = decision.replica
@@ -380,15 +444,30 @@ class Simulator:
             next_tool=next_tool,
             last_turn=last,
             tag=(si, ti, ideal, rreq),
+            images=images,
         )
         wake = self.replicas[ri].submit(req, now, matched[ri] * bs)
         self._sync(ri)
         if wake is not None:
             self._push(wake, 1, _WAKE, ri, self.replicas[ri].version)
 
+    def _image_error(self, images: tuple[Image, ...]) -> str | None:
+        """Why a turn's images cannot be served (one larger than the encoder cache or a step's
+        encoder budget), or None."""
+        enc = self.replicas[0].encoder
+        if enc is None:
+            return None
+        limit = min(enc.capacity, enc.budget)
+        big = max(im.tokens for im in images)
+        if big > limit:
+            return f"image too large: {big} tokens exceed the encoder cache's {limit}"
+        return None
+
     def _finish(self, req: Request, ri: int, now: float) -> None:
         si, ti, ideal, rreq = req.tag
         self.policy.on_finished(rreq, ri, now)
+        if req.images:
+            self._turn_encoder[self.workload.sessions[si].id, ti] = req.encoder_seconds
         self._record(
             si,
             ti,
@@ -454,7 +533,21 @@ class Simulator:
             solo = solo_turn_time(
                 self.replicas[0].cost, prompt, ideal, max(1, turn.output_tokens), budget
             )
+            if turn.images:
+                solo += self._ideal_encoder_seconds(si, turn.images, ideal)
             self._solo[si] = self._solo.get(si, 0.0) + solo + (turn.gap if ti > 0 else 0.0)
+
+    def _ideal_encoder_seconds(self, si: int, images: tuple[Image, ...], ideal: int) -> float:
+        """Encoder time of a turn's images that neither its ideal cached prefix nor an earlier
+        turn of its session holds (each encoded alone)."""
+        seen = self._seen_images.setdefault(si, set())
+        cost = self.replicas[0].cost
+        t = 0.0
+        for im in images:
+            if im.end > ideal and im.hash not in seen:
+                t += cost.encoder_time((im.tokens,))
+            seen.add(im.hash)
+        return t
 
     def _lower_bounds(self) -> dict[str, float]:
         return {self.workload.sessions[si].id: t for si, t in self._solo.items()}

@@ -24,7 +24,7 @@ from pathlib import Path
 from kvharness.configs import to_json_dict
 from kvharness.report.io import parse_deadline, summarise_with_deadline, write_run_report
 from kvharness.sim.simulator import SimConfig, Simulator
-from kvharness.sim.summary import PolicyRow, policy_row
+from kvharness.sim.summary import PolicyRow, policy_row, vision_stats
 from kvharness.workload.model import Workload
 
 __all__ = ["SimJob", "job_dir", "run_job", "run_sweep"]
@@ -107,6 +107,7 @@ def run_job(job: SimJob, workload: Workload | None = None) -> PolicyRow:
             result.shared_prefix_share if cfg.attention == "cascade" or cfg.shared_stats else None
         ),
         attention=cfg.attention,
+        vision=vision_stats(result),
     )
 
 
