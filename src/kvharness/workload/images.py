@@ -73,9 +73,10 @@ def grid_tokens(
     The image is resized so that each side is a multiple of ``patch * merge`` (nearest) and its
     area lies within ``[min_pixels, max_pixels]`` (scaled down or up, keeping the aspect ratio);
     the vision encoder cuts it into ``patch``-pixel patches and merges ``merge`` x ``merge`` of them
-    into one token. ``patch`` and ``merge`` are Qwen2-VL's and Qwen2.5-VL's; ``max_pixels`` is the
-    bound their model cards suggest for a bounded cost (1280 tokens' worth; the processors' own
-    default is 16384 tokens' worth, where a 1080p frame takes 2,691 tokens instead of 1,222):
+    into one token. The defaults are those of transformers' Qwen2-VL image processor (checked
+    against it in ``tests/testing/test_tiny_vlm.py``); the released Qwen2.5-VL checkpoints'
+    ``preprocessor_config.json`` raise ``max_pixels`` to 16384 tokens' worth, where a 1080p frame
+    takes 2,691 tokens instead of 1,222. With the defaults
     a 1280x800 screenshot becomes 1260x784 pixels, 45 x 28 = 1,260 tokens; 1280x720 gives 1,196.
     """
     if width <= 0 or height <= 0:
