@@ -56,13 +56,15 @@ def register(subparsers: Any) -> None:
         "--workload",
         default="synthetic",
         help="workload spec: a file (kvharness format, Mooncake hash_ids JSONL, SWE-agent .traj "
-        "or folder), synthetic[:key=value,...] or fixed[:key=value,...] (default: synthetic)",
+        "or folder), synthetic[:key=value,...], fixed[:key=value,...] or "
+        "computer-use[:key=value,...] (default: synthetic)",
     )
     p.add_argument(
         "--cluster",
         default="16xH200:llama-3.3-70b",
         help="NxHARDWARE:MODEL[:tpK][:fp8|bf16][:kv-DTYPE]; hardware H100/H200/B200, models "
-        "llama-3.1-8b, llama-3.3-70b, qwen3-32b, moe-230b-a10b (default: %(default)s)",
+        "llama-3.1-8b, llama-3.3-70b, qwen3-32b, moe-230b-a10b; vision-language: qwen2.5-vl-7b, "
+        "qwen2.5-vl-72b, for image workloads (default: %(default)s)",
     )
     p.add_argument(
         "--replicas",
