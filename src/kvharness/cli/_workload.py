@@ -180,6 +180,16 @@ def render_stats(s: WorkloadStats, console: Console) -> None:
         ("blocks", s.ideal_hit_ratio_blocks),
     ):
         head.add_row(f"ideal prefix-hit ratio ({weight})", "n/a" if unknown else f"{ratio:.1%}")
+    if s.distinct_images:
+        head.add_row(
+            "image tokens (share of input)", f"{s.image_tokens:,} ({s.image_token_share:.1%})"
+        )
+        head.add_row("distinct images", f"{s.distinct_images:,}")
+        head.add_row(
+            "ideal misses: image / text tokens",
+            f"{s.ideal_miss_image_tokens:,} / {s.ideal_miss_text_tokens:,}",
+        )
+        head.add_row("ideal misses: images seen before", f"{s.ideal_miss_seen_image_tokens:,}")
     console.print(head)
 
     dist = Table(title="distributions")
@@ -189,6 +199,8 @@ def render_stats(s: WorkloadStats, console: Console) -> None:
     _dist_row(dist, "turns per multi-turn session", s.turns_per_multi_turn_session)
     _dist_row(dist, "input tokens", s.input_tokens)
     _dist_row(dist, "output tokens", s.output_tokens)
+    if s.distinct_images:
+        _dist_row(dist, "images per turn", s.images_per_turn, digits=1)
     _dist_row(dist, "append tokens per turn", s.append_tokens)
     _dist_row(dist, "gap before turn (s)", s.gap_seconds, digits=2)
     console.print(dist)

@@ -4,6 +4,11 @@ The ideal hit ratio is what an infinite prefix cache on one replica would reuse,
 the workload's nominal order (:meth:`Workload.nominal_order`). Token-weighted: cached tokens over
 prompt tokens. Block-weighted: blocks found over blocks, a prompt's partial last block counting as
 one block.
+
+Images (:class:`~kvharness.workload.images.Image`) are counted apart: their placeholder tokens, and
+how many of the tokens that ideal cache misses are placeholders rather than text. A prompt's miss
+is everything after its cached prefix, so a screenshot seen before is missed again whenever the
+prompt changed before it (keep-last-K rewrites, or the same screen at a new position).
 """
 
 from __future__ import annotations
@@ -67,6 +72,27 @@ class WorkloadStats(msgspec.Struct, frozen=True):
     total_output_tokens: int
     duration_seconds: float
     """Span of session start times."""
+    image_tokens: int
+    """Image placeholder tokens summed over all prompts (a screenshot counts in every prompt that
+    holds it, as prompt tokens do); 0 for a text-only workload."""
+    image_token_share: float
+    """``image_tokens / total_input_tokens``."""
+    images_per_turn: Distribution
+    """Images in each prompt (all of them, not only the new ones)."""
+    distinct_images: int
+    """Distinct image content hashes."""
+    ideal_miss_tokens: int
+    """Prompt tokens the ideal cache misses: ``total_input_tokens`` minus its hits."""
+    ideal_miss_image_tokens: int
+    """Of those, image placeholder tokens."""
+    ideal_miss_text_tokens: int
+    """Of those, every other token (``ideal_miss_tokens - ideal_miss_image_tokens``)."""
+    ideal_miss_seen_image_tokens: int
+    """Of the missed image tokens, those of images already seen in an earlier prompt (or earlier
+    in the same one): their KV is recomputed because the prompt changed before them (keep-last-K
+    rewrites, a repeated screen at a new position) or, a few tokens each, because they end in the
+    previous prompt's partial last block. A vision encoder cache keyed by content hash would spare
+    their encoding, not their prefill."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = msgspec.to_builtins(self)
@@ -77,12 +103,20 @@ def workload_stats(workload: Workload, max_turn_index: int = 32) -> WorkloadStat
     """Compute :class:`WorkloadStats`; O(total blocks) time."""
     cache = IdealCache()
     hit_tokens = hit_blocks = total_tokens = total_blocks = 0
+    miss_image = miss_seen = 0
+    seen: set[int] = set()
     for _, _, turn in workload.nominal_order():
         hit = cache.visit(turn.input)
         hit_tokens += hit.tokens
         hit_blocks += hit.blocks
         total_tokens += turn.input.num_tokens
         total_blocks += len(turn.input.hashes)
+        for im in turn.images:
+            missed = max(0, im.end - max(im.offset, hit.tokens))
+            miss_image += missed
+            if im.hash in seen:
+                miss_seen += missed
+            seen.add(im.hash)
 
     inputs, outputs, gaps, appends = [], [], [], []
     by_turn: list[list[int]] = [[] for _ in range(max_turn_index)]
@@ -97,6 +131,8 @@ def workload_stats(workload: Workload, max_turn_index: int = 32) -> WorkloadStat
                 gaps.append(t.gap)
                 appends.append(t.input.num_tokens - shared_prefix_tokens(prev.input, t.input))
             prev = t
+    image_tokens = sum(t.image_tokens for _, _, t in workload.turns())
+    images_per_turn = [len(t.images) for _, _, t in workload.turns()]
     lengths = [len(s.turns) for s in workload.sessions]
     starts = workload.arrival.start_times(workload.sessions)
     return WorkloadStats(
@@ -119,4 +155,12 @@ def workload_stats(workload: Workload, max_turn_index: int = 32) -> WorkloadStat
         total_input_tokens=sum(inputs),
         total_output_tokens=sum(outputs),
         duration_seconds=(max(starts) - min(starts)) if starts else 0.0,
+        image_tokens=image_tokens,
+        image_token_share=image_tokens / total_tokens if total_tokens else 0.0,
+        images_per_turn=Distribution.of(images_per_turn),
+        distinct_images=len(seen),
+        ideal_miss_tokens=total_tokens - hit_tokens,
+        ideal_miss_image_tokens=miss_image,
+        ideal_miss_text_tokens=total_tokens - hit_tokens - miss_image,
+        ideal_miss_seen_image_tokens=miss_seen,
     )
