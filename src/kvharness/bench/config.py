@@ -74,7 +74,8 @@ class BenchConfig:
     workload: str = opt(
         "synthetic",
         help="workload: a kvharness workload file, SWE-agent .traj file/folder, Mooncake "
-        "hash_ids JSONL, synthetic[:k=v,...] (coding-agent sessions) or fixed:requests=N,input=T,"
+        "hash_ids JSONL, synthetic[:k=v,...] (coding-agent sessions), computer-use[:k=v,...] "
+        "(a screenshot after every action, sent as images) or fixed:requests=N,input=T,"
         "output=T[,spread=F,shared_prefix=F] (independent requests of one shape; `kvharness "
         "workload stats --help` lists the options)",
         flags=("--workload", "-w"), metavar="SPEC",
