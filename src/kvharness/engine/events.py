@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AllBlocksCleared", "BlockRemoved", "BlockStored", "KVEvent"]
+__all__ = ["AllBlocksCleared", "BlockKeys", "BlockRemoved", "BlockStored", "KVEvent"]
+
+BlockKeys = tuple[str | bytes | tuple[str, int], ...] | None
+"""The extra keys of one block's hash, as vLLM publishes them (untagged): a LoRA name or cache
+salt as a string, an image as ``(identifier, start offset relative to the block's start)``, a
+prompt-embeddings digest; None where the block has none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +27,9 @@ class BlockStored:
     block_size: int = 0
     medium: str | None = None
     """Where the blocks live: None / "GPU" for device memory, "CPU" for an offload tier."""
+    extra_keys: tuple[BlockKeys, ...] | None = None
+    """One entry per block of ``block_hashes`` (None: no block has any, or the producer does
+    not say)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,6 +162,14 @@ class GatewayConfig:
         "the gateway's tokenizer (the others get text)",
         negatable=True,
     )
+    name_images: bool = opt(
+        True,
+        help="forward each chat image the gateway read (a data: URL) with the gateway's name of "
+        "it as the content part's uuid, so the engines' KV events name its blocks as the "
+        "gateway does and its cached blocks are credited; an image the client named keeps its "
+        "uuid",
+        negatable=True,
+    )
     record: str | None = opt(
         None,
         help="append every routed request to a recording in folder DIR as it is answered "

@@ -5,13 +5,21 @@ blocks with the project's chained hash over token ids (:func:`kvharness.workload
 chain_hashes`), so :class:`HashTranslator` maps each engine hash to the gateway's hash using the
 ``token_ids`` that ``BlockStored`` carries. This keeps routing correct whatever hash algorithm or
 ``PYTHONHASHSEED`` the engines run with, at the cost of one dict entry per cached block.
+
+A block holding an image's placeholder tokens is named by its tokens and the event's
+``extra_keys`` for it, the ``(identifier, offset)`` of each image it touches
+(:func:`kvharness.gateway.images.image_block_hash`): the identifier is the gateway's own name of
+the image when the gateway forwarded it as the part's uuid, so the translated hash is the one
+the gateway computed for the prompt. LoRA names and cache salts are not part of the gateway's
+names (such blocks alias the plain ones).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvharness.engine.events import BlockRemoved, BlockStored, KVEvent
+from kvharness.engine.events import BlockKeys, BlockRemoved, BlockStored, KVEvent
+from kvharness.gateway.images import PlacedImage, block_image_keys, image_block_hash
 from kvharness.workload.chain import ROOT_HASH, block_hash
 
 __all__ = ["HashTranslator"]
@@ -69,7 +77,11 @@ class HashTranslator:
         self._learned.clear()
 
     def learn_route(
-        self, own_hashes: Sequence[int], token_ids: Sequence[int], block_size: int
+        self,
+        own_hashes: Sequence[int],
+        token_ids: Sequence[int],
+        block_size: int,
+        images: Sequence[PlacedImage] = (),
     ) -> None:
         """Record a routed prompt's full blocks (only while recovering; O(blocks) when so)."""
         if not self.recovering:
@@ -77,7 +89,9 @@ class HashTranslator:
         learned = self._learned
         parent = ROOT_HASH
         for i, own in enumerate(own_hashes):
-            content = block_hash(ROOT_HASH, token_ids[i * block_size : (i + 1) * block_size])
+            start, end = i * block_size, (i + 1) * block_size
+            keys = block_image_keys(images, start, end) if images else []
+            content = _named(ROOT_HASH, token_ids[start:end], keys)
             learned[content] = parent
             parent = own
         while len(learned) > self.max_learned:
@@ -115,7 +129,8 @@ class HashTranslator:
         self._quiet = 0
         if not self.recovering or not event.block_hashes:
             return None
-        content = block_hash(ROOT_HASH, event.token_ids[: event.block_size])
+        first = event.extra_keys[0] if event.extra_keys else None
+        content = _named(ROOT_HASH, event.token_ids[: event.block_size], _image_keys(first))
         own = self._learned.get(content)
         if own is not None:
             self._map[event.parent_block_hash] = own
@@ -134,8 +149,10 @@ class HashTranslator:
             return None
         first_parent = parent
         own_hashes = []
+        extra = event.extra_keys
         for i, engine_hash in enumerate(event.block_hashes):
-            parent = block_hash(parent, event.token_ids[i * size : (i + 1) * size])
+            keys = _image_keys(extra[i]) if extra else []
+            parent = _named(parent, event.token_ids[i * size : (i + 1) * size], keys)
             own_hashes.append(parent)
             if engine_hash not in self._map:
                 self._map[engine_hash] = parent
@@ -146,4 +163,14 @@ class HashTranslator:
             event.token_ids,
             size,
             event.medium,
+            extra,
         )
+
+
+def _image_keys(keys: BlockKeys) -> list[tuple[str, int]]:
+    """The images' ``(identifier, offset)`` among one block's extra keys."""
+    return [k for k in keys if isinstance(k, tuple)] if keys else []
+
+
+def _named(parent: int, token_ids: Sequence[int], keys: Sequence[tuple[str, int]]) -> int:
+    return image_block_hash(parent, token_ids, keys) if keys else block_hash(parent, token_ids)

@@ -10,7 +10,9 @@ Events
     block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, ...]``) or the map
     layout (later: ``{"type": "BlockStored", ...}``); both are accepted. Block hashes are ints, or
     32-byte sha256 digests in recent versions, turned into ints losslessly (big-endian) so
-    :mod:`kvharness.engine.events` can carry them.
+    :mod:`kvharness.engine.events` can carry them. ``BlockStored.extra_keys`` (vLLM 0.32:
+    per block, None or a list of keys; an image's key is a pair ``[identifier, offset]``)
+    becomes tuples.
 
 Replay
     vLLM's replay socket (a ROUTER) answers ``[b"", start_seq]`` with ``[b"", topic, seq,
@@ -33,7 +35,13 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from kvharness.engine.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from kvharness.engine.events import (
+    AllBlocksCleared,
+    BlockKeys,
+    BlockRemoved,
+    BlockStored,
+    KVEvent,
+)
 
 __all__ = [
     "END_SEQ",
@@ -85,8 +93,38 @@ _STORED_FIELDS = (
     "block_size",
     "lora_id",
     "medium",
+    "lora_name",
+    "extra_keys",
 )
 _REMOVED_FIELDS = ("block_hashes", "medium")
+
+
+def _key(value: Any) -> str | bytes | tuple[str, int]:
+    if isinstance(value, str | bytes):
+        return value
+    if (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+        and not isinstance(value[1], bool)
+    ):
+        return (value[0], value[1])
+    raise DecodeError(f"bad extra key {value!r:.80}")
+
+
+def _extra_keys(value: Any, blocks: int) -> tuple[BlockKeys, ...] | None:
+    """``extra_keys`` of a store of ``blocks`` blocks: per block None or a tuple of keys."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != blocks:
+        raise DecodeError(f"extra_keys must be a list of one entry per block ({blocks})")
+    out: list[BlockKeys] = []
+    for entry in value:
+        if entry is not None and not isinstance(entry, list):
+            raise DecodeError(f"an extra_keys entry must be a list or null, got {entry!r:.80}")
+        out.append(None if entry is None else tuple(_key(k) for k in entry))
+    return tuple(out)
 
 
 def _fields(raw: Any, names: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
@@ -117,12 +155,14 @@ def _event(raw: Any) -> KVEvent | None:
         if not isinstance(size, int) or size < 0:
             raise DecodeError(f"bad block_size {size!r}")
         medium = f.get("medium")
+        hashes = _hashes(f.get("block_hashes"))
         return BlockStored(
-            block_hashes=_hashes(f.get("block_hashes")),
+            block_hashes=hashes,
             parent_block_hash=None if parent is None else _hash(parent),
             token_ids=tuple(tokens),
             block_size=size,
             medium=medium if isinstance(medium, str) else None,
+            extra_keys=_extra_keys(f.get("extra_keys"), len(hashes)),
         )
     if tag == "BlockRemoved":
         _, f = _fields(raw, _REMOVED_FIELDS)

@@ -8,8 +8,9 @@ Read
 Hash
     The prompt is tokenised and hashed as the engines would (incrementally per session, see
     :mod:`kvharness.gateway.prompt_hasher`); a large body in a worker thread, in slices, so the
-    event loop keeps answering meanwhile. :meth:`Pipeline.prepare` does this part alone, with no
-    sockets.
+    event loop keeps answering meanwhile. A chat prompt's images are read and named here
+    (:mod:`kvharness.gateway.images`; 400 for image data the engine could not read either).
+    :meth:`Pipeline.prepare` does this part alone, with no sockets.
 
 Route and retry
     The router's policy picks among healthy, not-full replicas (429 with Retry-After when all
@@ -18,7 +19,8 @@ Route and retry
 
 Forward and relay
     The body goes on unchanged (a text prompt as its token ids, when the replica tokenises as
-    the gateway does) through the wire's client; a streamed answer is relayed byte for byte
+    the gateway does; an image the gateway named with its name as the part's ``uuid``, unless
+    ``--no-name-images``) through the wire's client; a streamed answer is relayed byte for byte
     from the replica's socket to the client's, with backpressure, and a stream cut mid-way ends
     with an SSE ``error`` event. A client that leaves cancels its request: the replica's
     connection is closed (the engine stops working on it) and its queue slot freed at once.
@@ -46,6 +48,7 @@ from aiohttp import web
 from kvharness.gateway.answers import RelayResponse, error_response
 from kvharness.gateway.byte_hasher import approximate
 from kvharness.gateway.config import GatewayConfig
+from kvharness.gateway.images import ChatImages, ImageError, prepare_chat_images
 from kvharness.gateway.limits import BodyRefused, ByteBudget, read_body
 from kvharness.gateway.metrics import GatewayMetrics
 from kvharness.gateway.prompt_hasher import HashedPrompt, PromptHasher
@@ -60,6 +63,7 @@ from kvharness.gateway.requests import (
     first_session_header,
     materialised,
     parse_request,
+    with_named_images,
     with_token_ids,
 )
 from kvharness.gateway.router import Flight, NoReplica, Overloaded, Router
@@ -110,6 +114,8 @@ class Prepared(NamedTuple):
     model: str | None
     session: str | None
     """The session the client named: by a header, else by the body's ``user`` field."""
+    named: bytes | None = None
+    """The chat body with the images the gateway named carrying their names as ``uuid``."""
 
 
 class Pipeline:
@@ -162,26 +168,38 @@ class Pipeline:
             or (parsed.messages is not None and self.tokenizer.template is None)
         )
 
-    def _hash(self, parsed: ParsedRequest, sid: str | None) -> HashedPrompt:
-        """The prompt's hashes; ``parsed`` is :func:`materialised` unless :meth:`_approximate`
-        (which hashes a long text's pieces as they are)."""
+    def _hash(
+        self, parsed: ParsedRequest, sid: str | None
+    ) -> tuple[HashedPrompt, ChatImages | None]:
+        """The prompt's hashes (and a chat prompt's images); ``parsed`` is :func:`materialised`
+        unless :meth:`_approximate` (which hashes a long text's pieces as they are)."""
         h = self.hasher
         if parsed.prompt_ids is not None:
-            return h.completion_ids(parsed.prompt_ids, sid)
+            return h.completion_ids(parsed.prompt_ids, sid), None
         if self._approximate(parsed):
-            return approximate(approx_pieces(parsed), h.block_size, self.chain_limit())
+            return approximate(approx_pieces(parsed), h.block_size, self.chain_limit()), None
         if parsed.messages is not None:
-            return h.chat(
-                parsed.messages,
+            messages, images = parsed.messages, None
+            if parsed.media:
+                tok = self.tokenizer
+                assert tok is not None and tok.template is not None
+                messages, images = prepare_chat_images(
+                    messages, tok.images, parts_template=tok.template.takes_parts
+                )
+            hashed = h.chat(
+                messages,
                 sid,
                 tools=parsed.tools,
                 add_generation_prompt=parsed.add_generation_prompt,
                 extra=parsed.template_kwargs,
+                images=images,
             )
+            return hashed, images
         assert isinstance(parsed.prompt_text, str)
-        return h.completion_text(
+        hashed = h.completion_text(
             parsed.prompt_text, sid, add_special_tokens=parsed.add_special_tokens
         )
+        return hashed, None
 
     def prepare(self, body: bytes | bytearray, kind: Kind, sid: str | None) -> Prepared:
         """Parse, check and hash a request body (not thread-safe: see :meth:`_hashing`).
@@ -193,17 +211,21 @@ class Pipeline:
         if not self._approximate(parsed):
             parsed = materialised(parsed)
         try:
-            hashed = self._hash(parsed, sid)
+            hashed, images = self._hash(parsed, sid)
             if len(hashed.block_hashes) > self.chain_limit():
                 hashed = hashed._replace(block_hashes=hashed.block_hashes[: self.chain_limit()])
-            as_ids = None
+            as_ids = named = None
             if self.config.forward_token_ids and hashed.token_ids:
                 as_ids = with_token_ids(parsed, hashed.token_ids)
+            if images is not None and images.parts and self.config.name_images:
+                named = with_named_images(parsed, images.parts)
+        except ImageError as err:
+            raise BadRequest(str(err), "messages") from None
         except RecursionError:
             raise BadRequest("the request nests JSON too deeply to render its prompt") from None
         except (TemplateError, ValueError, OverflowError) as err:
             raise BadRequest(f"cannot render or tokenise the prompt: {err}") from None
-        return Prepared(hashed, as_ids, parsed.max_output_tokens, parsed.model, sid)
+        return Prepared(hashed, as_ids, parsed.max_output_tokens, parsed.model, sid, named)
 
     def chain_limit(self) -> int:
         """Blocks of a prompt's chain that are routed on: the largest replica's KV capacity (the
@@ -349,13 +371,16 @@ class Pipeline:
                 # Events were lost: until they flow cleanly again, the routed prompts name
                 # stores whose parents were lost (the router's decisions feed the index anyway).
                 sub.translator.learn_route(
-                    hashed.block_hashes, hashed.token_ids, self.router.states[i].block_size
+                    hashed.block_hashes,
+                    hashed.token_ids,
+                    self.router.states[i].block_size,
+                    hashed.images,
                 )
             flight = self.router.dispatched(route_req, outcome, time.monotonic())
             m.route_seconds.observe(time.perf_counter() - t0)
             try:
                 alike = as_ids is not None and await self.replicas.tokenizes_alike(i)
-                sent = as_ids if alike and as_ids is not None else body
+                sent = as_ids if alike and as_ids is not None else prep.named or body
                 return await self._forward(request, i, path, sent, headers, flight, kind, pending)
             except _UpstreamFailed as err:
                 last_error = str(err)

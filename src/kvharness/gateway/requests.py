@@ -9,6 +9,7 @@ completion to the token ids the engine would tokenise it to.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -17,6 +18,7 @@ import msgspec
 
 from kvharness.gateway import bigjson
 from kvharness.gateway.bigjson import LongText
+from kvharness.gateway.images import IMAGE_PART_TYPES, MEDIA_PART_TYPES
 
 __all__ = [
     "SESSION_HEADERS",
@@ -27,6 +29,7 @@ __all__ = [
     "first_session_header",
     "materialised",
     "parse_request",
+    "with_named_images",
     "with_token_ids",
 ]
 
@@ -57,7 +60,10 @@ class ParsedRequest:
     model: str | None
     max_output_tokens: int
     messages: list[dict[str, Any]] | None = None
-    """Chat messages with contents normalised to strings (as the engine renders them)."""
+    """Chat messages with contents normalised to strings (as the engine renders them), except
+    in a request with media parts: there every content given as a list is the list of parts,
+    texts as ``{"type": "text", "text": ...}``, media parts as sent (see
+    :mod:`kvharness.gateway.images`)."""
     prompt_text: str | LongText | None = None
     prompt_ids: list[int] | None = None
     tools: list[Any] | None = None
@@ -65,8 +71,11 @@ class ParsedRequest:
     template_kwargs: dict[str, Any] | None = None
     add_special_tokens: bool = True
     """Whether the engine adds the tokenizer's special tokens (BOS) to a text completion prompt."""
+    media: bool = False
+    """Whether a chat message has media parts (images, audio, video)."""
     fields: dict[str, Any] | None = None
-    """The decoded body of a completion request (for :func:`with_token_ids`)."""
+    """The decoded body of a completion request (for :func:`with_token_ids`) or of a chat
+    request with media (for :func:`with_named_images`)."""
     long_texts: bool = False
     """Whether strings in it may be :class:`LongText` (a large body; see :func:`materialised`)."""
     user: str | None = None
@@ -93,46 +102,87 @@ def _plain(value: Any) -> Any:
     return str(value) if isinstance(value, LongText) else value
 
 
-def _content(message: Mapping[str, Any], i: int) -> str | LongText:
+def _content(
+    message: Mapping[str, Any], i: int
+) -> tuple[str | LongText, list[dict[str, Any]] | None, bool]:
+    """A message's content as a string (as vLLM gives it to a template taking strings, media
+    left out), as its normalised parts when it is a list (texts as ``{"type": "text", "text":
+    ...}``, media parts as sent, others dropped), and whether it has media parts."""
     content = message.get("content")
     if content is None:
-        return ""
+        return "", None, False
     if isinstance(content, str | LongText):
-        return content
-    if isinstance(content, list):
-        texts: list[str | LongText] = []
-        for j, part in enumerate(content):
-            if not isinstance(part, dict) or not isinstance(_plain(part.get("type")), str):
-                raise BadRequest(f"messages[{i}].content[{j}] must be an object with a 'type'")
-            if _plain(part["type"]) == "text":
-                text = part.get("text")
-                if not isinstance(text, str | LongText):
-                    raise BadRequest(f"messages[{i}].content[{j}].text must be a string")
-                texts.append(text)
-        # vLLM joins text parts with newlines for templates that take string contents.
-        if not any(isinstance(t, LongText) for t in texts):
-            return "\n".join(t for t in texts if isinstance(t, str))
-        pieces: list[str] = []
-        for k, t in enumerate(texts):
-            pieces.extend(
-                (["\n"] if k else []) + list(t.pieces if isinstance(t, LongText) else [t])
-            )
-        return LongText(tuple(pieces))
-    raise BadRequest(f"messages[{i}].content must be a string, a list of parts or null")
+        return content, None, False
+    if not isinstance(content, list):
+        raise BadRequest(f"messages[{i}].content must be a string, a list of parts or null")
+    texts: list[str | LongText] = []
+    parts: list[dict[str, Any]] = []
+    media = False
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(_plain(part.get("type")), str):
+            raise BadRequest(f"messages[{i}].content[{j}] must be an object with a 'type'")
+        kind = _plain(part["type"])
+        if kind == "text":
+            text = part.get("text")
+            if not isinstance(text, str | LongText):
+                raise BadRequest(f"messages[{i}].content[{j}].text must be a string")
+            texts.append(text)
+            parts.append({"type": "text", "text": text})
+        elif kind in MEDIA_PART_TYPES:
+            if kind in IMAGE_PART_TYPES:
+                _check_image_part(part, i, j)
+            media = True
+            parts.append(part)
+    # vLLM joins the non-empty text parts with newlines for templates taking strings.
+    if not any(isinstance(t, LongText) for t in texts):
+        return "\n".join(t for t in texts if isinstance(t, str) and t), parts, media
+    pieces: list[str] = []
+    for t in (t for t in texts if any(t.pieces if isinstance(t, LongText) else t)):
+        pieces.extend(
+            (["\n"] if pieces else []) + list(t.pieces if isinstance(t, LongText) else [t])
+        )
+    return LongText(tuple(pieces)), parts, media
 
 
-def _messages(raw: Any) -> list[dict[str, Any]]:
+def _check_image_part(part: Mapping[str, Any], i: int, j: int) -> None:
+    """An image part needs its URL: ``image_url.url`` (``image_url`` itself for
+    ``input_image``), a string; its ``uuid``, when given, a string."""
+    url = part.get("image_url")
+    if _plain(part["type"]) == "image_url":
+        url = url.get("url") if isinstance(url, dict) else None
+        where = "image_url.url"
+    else:
+        where = "image_url"
+    if not isinstance(url, str | LongText):
+        raise BadRequest(f"messages[{i}].content[{j}].{where} must be a string", "messages")
+    uuid = part.get("uuid")
+    if uuid is not None and not isinstance(uuid, str | LongText):
+        raise BadRequest(f"messages[{i}].content[{j}].uuid must be a string", "messages")
+
+
+def _messages(raw: Any) -> tuple[list[dict[str, Any]], bool]:
+    """The messages, contents normalised (see :attr:`ParsedRequest.messages`), and whether any
+    has media parts."""
     if not isinstance(raw, list) or not raw:
         raise BadRequest("'messages' must be a non-empty list", "messages")
     out = []
+    lists: list[list[dict[str, Any]] | None] = []
+    media = False
     for i, m in enumerate(raw):
         if not isinstance(m, dict):
             raise BadRequest(f"messages[{i}] must be an object", "messages")
         role = _plain(m.get("role"))
         if not isinstance(role, str) or not role:
             raise BadRequest(f"messages[{i}].role must be a non-empty string", "messages")
-        out.append({**m, "role": role, "content": _content(m, i)})
-    return out
+        text, parts, has_media = _content(m, i)
+        media = media or has_media
+        lists.append(parts)
+        out.append({**m, "role": role, "content": text})
+    if media:  # every list content as its parts, for templates that take parts
+        for m, parts in zip(out, lists, strict=True):
+            if parts is not None:
+                m["content"] = parts
+    return out, media
 
 
 def _prompt(raw: Any) -> tuple[str | LongText | None, list[int] | None]:
@@ -195,15 +245,18 @@ def parse_request(
         agp = data.get("add_generation_prompt", True)
         if not isinstance(agp, bool):
             raise BadRequest("'add_generation_prompt' must be a boolean", "add_generation_prompt")
+        messages, media = _messages(data.get("messages"))
         return ParsedRequest(
             "chat",
             stream,
             model,
             budget if budget is not None else DEFAULT_CHAT_OUTPUT,
-            messages=_messages(data.get("messages")),
+            messages=messages,
             tools=tools,
             add_generation_prompt=agp,
             template_kwargs=kwargs,
+            media=media,
+            fields=data if media else None,
             long_texts=long_texts,
             user=user or None,
         )
@@ -231,6 +284,17 @@ def materialised(parsed: ParsedRequest) -> ParsedRequest:
     if not parsed.long_texts:
         return parsed
     m = bigjson.materialise
+    if parsed.media and parsed.fields is not None:
+        # The messages are read again from the joined body, so that both share its strings.
+        fields = m(parsed.fields)
+        return replace(
+            parsed,
+            messages=_messages(fields["messages"])[0],
+            tools=fields.get("tools"),
+            template_kwargs=fields.get("chat_template_kwargs"),
+            fields=fields,
+            long_texts=False,
+        )
     return replace(
         parsed,
         messages=m(parsed.messages),
@@ -252,6 +316,20 @@ def with_token_ids(parsed: ParsedRequest, ids: Sequence[int]) -> bytes | None:
     return _encoder.encode({**f, "prompt": list(ids)})
 
 
+def with_named_images(parsed: ParsedRequest, uuids: Mapping[tuple[int, int], str]) -> bytes:
+    """The body of chat request ``parsed`` (with media, materialised) with ``uuids[(i, j)]`` as
+    the ``uuid`` of part ``j`` of message ``i``; everything else as the client sent it."""
+    f = parsed.fields
+    assert f is not None and not parsed.long_texts
+    messages = list(f["messages"])
+    for i in {i for i, _ in uuids}:
+        content = list(messages[i]["content"])
+        for j, uuid in ((j, u) for (k, j), u in uuids.items() if k == i):
+            content[j] = {**content[j], "uuid": uuid}
+        messages[i] = {**messages[i], "content": content}
+    return _encoder.encode({**f, "messages": messages})
+
+
 def approx_text(parsed: ParsedRequest) -> str:
     """The prompt as text, for hashing without the engine's tokenizer (an approximation)."""
     return "".join(approx_pieces(parsed))
@@ -262,7 +340,12 @@ def approx_pieces(parsed: ParsedRequest) -> Iterator[str]:
     texts: list[Any] = []
     if parsed.messages is not None:
         for m in parsed.messages:
-            texts += (f"<{m['role']}>", m["content"])
+            content = m["content"]
+            if isinstance(content, list):  # its texts, and a marker naming each media part
+                texts.append(f"<{m['role']}>")
+                texts += [p["text"] if p["type"] == "text" else _media_marker(p) for p in content]
+            else:
+                texts += (f"<{m['role']}>", content)
     else:
         texts.append(parsed.prompt_text or "")
     for text in texts:
@@ -270,6 +353,15 @@ def approx_pieces(parsed: ParsedRequest) -> Iterator[str]:
             yield from text.pieces
         else:
             yield text
+
+
+def _media_marker(part: Mapping[str, Any]) -> str:
+    """A media part as text for approximate hashing: its uuid, else a hash of its content."""
+    uuid = part.get("uuid")
+    if uuid is not None:
+        return f"<media {_plain(uuid)}>"
+    content = _encoder.encode(bigjson.materialise(part))
+    return f"<media {hashlib.blake2b(content, digest_size=16).hexdigest()}>"
 
 
 SESSION_HEADERS = (

@@ -5,7 +5,9 @@ Face ``apply_chat_template`` does: ``trim_blocks``, ``lstrip_blocks``, loop cont
 ``raise_exception``, ``tojson``) and tokenising the result *without* adding special tokens (the
 template writes them); a completions request with a text prompt is tokenised *with* them (the
 tokenizer's post-processor adds e.g. a BOS). A model directory gives ``tokenizer.json`` and the
-template (``chat_template.jinja``, or ``chat_template`` in ``tokenizer_config.json``).
+template (``chat_template.jinja``, or ``chat_template`` in ``tokenizer_config.json``); a
+vision-language model's also gives its image processor (``preprocessor_config.json``, see
+:mod:`kvharness.gateway.images`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import jinja2.ext
 import jinja2.sandbox
 
 from kvharness.errors import UserError
+from kvharness.gateway.images import ImageExpander, load_image_expander
 
 __all__ = ["ChatTemplate", "Encoded", "EngineTokenizer", "TemplateError", "load_engine_tokenizer"]
 
@@ -64,6 +67,9 @@ class ChatTemplate:
         self.time_dependent = "strftime_now" in source
         """The template prints the clock (e.g. today's date): the same messages may render
         differently later, so a rendering must not be reused."""
+        self.takes_parts = _loops_over_content(env.parse(source))
+        """The template iterates over a message's content: vLLM then passes contents as lists
+        of parts (its "openai" content format), else as strings."""
 
     def render(
         self,
@@ -86,6 +92,34 @@ class ChatTemplate:
             raise
         except Exception as err:  # a template's own bugs or odd input: the request's fault
             raise TemplateError(f"chat template failed: {type(err).__name__}: {err}") from None
+
+
+def _content_access(node: jinja2.nodes.Node, names: set[str]) -> bool:
+    """Whether ``node`` reads some ``X['content']`` / ``X.content`` (through filters, tests and
+    slices), or one of ``names`` (variables set from such a read)."""
+    while True:
+        wrapped = (
+            isinstance(node, jinja2.nodes.Filter | jinja2.nodes.Test) and node.node is not None
+        )
+        sliced = isinstance(node, jinja2.nodes.Getitem) and isinstance(node.arg, jinja2.nodes.Slice)
+        if not (wrapped or sliced):
+            break
+        node = node.node  # type: ignore[attr-defined]
+    if isinstance(node, jinja2.nodes.Name):
+        return node.name in names
+    if isinstance(node, jinja2.nodes.Getitem):
+        return isinstance(node.arg, jinja2.nodes.Const) and node.arg.value == "content"
+    return isinstance(node, jinja2.nodes.Getattr) and node.attr == "content"
+
+
+def _loops_over_content(root: jinja2.nodes.Template) -> bool:
+    """Whether a template has a ``for`` loop over a message's content, read directly or through
+    a ``set`` variable (a simpler form of vLLM's content-format detection)."""
+    names: set[str] = set()
+    for assign in root.find_all(jinja2.nodes.Assign):
+        if isinstance(assign.target, jinja2.nodes.Name) and _content_access(assign.node, set()):
+            names.add(assign.target.name)
+    return any(_content_access(loop.iter, names) for loop in root.find_all(jinja2.nodes.For))
 
 
 ANCHOR_EVERY = 128
@@ -119,6 +153,14 @@ class EngineTokenizer:
         # Added tokens are cut out of the text before pre-tokenisation, so the text on either
         # side of one is tokenised independently: they are the safe restart points.
         self._added = {i: t.content for i, t in self._tok.get_added_tokens_decoder().items()}
+        self.images: ImageExpander | None = None
+        """The model's image processor, for chat prompts with images (None: not a known
+        vision-language model; see :func:`kvharness.gateway.images.load_image_expander`)."""
+
+    @property
+    def added_tokens(self) -> dict[str, int]:
+        """Added (special) token texts -> ids."""
+        return {t: i for i, t in self._added.items()}
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> Encoded:
         """Token ids, special tokens and anchors of ``text``. O(len(text)). Character offsets
@@ -209,7 +251,9 @@ def load_engine_tokenizer(
             special[key] = value
     try:
         template = ChatTemplate(source, special) if source is not None else None
-        return EngineTokenizer(tok_json, template)
+        tok = EngineTokenizer(tok_json, template)
+        tok.images = load_image_expander(folder, tok.added_tokens, tok.encode_ids)
+        return tok
     except Exception as err:
         if isinstance(err, UserError):
             raise
