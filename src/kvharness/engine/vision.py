@@ -43,12 +43,9 @@ largest image)``, the largest image being 16,384 tokens for Qwen2.5-VL's process
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
-
-if TYPE_CHECKING:
-    from kvharness.engine.request import Request
+from typing import NamedTuple
 
 __all__ = ["QWEN25_VL_VIT", "EncoderCache", "EncoderInput", "VisionSpec"]
 
@@ -181,8 +178,9 @@ class EncoderCache:
     """Encoder outputs of one replica, keyed by image hash, sized in placeholder tokens.
 
     Mutated by the scheduler only. ``free`` is the room no entry holds; ``freeable`` adds the
-    room of entries no request references (evictable). Every operation is O(1) but eviction,
-    which is O(entries evicted). Counters: ``hits`` (images a request found here instead of
+    room of entries no request references (evictable); a referrer is any hashable (the scheduler
+    passes the request). Every operation is O(1) but eviction, which is O(entries evicted).
+    Counters: ``hits`` (images a request found here instead of
     encoding them), ``encoded`` / ``encoded_tokens`` (images and their tokens encoded),
     ``prefix_cached`` (images wholly inside a request's prefix-cache hit when it was first
     scheduled: they cost nothing), ``evictions``.
@@ -211,7 +209,7 @@ class EncoderCache:
         """Encoder tokens one engine step may compute."""
         self.free = capacity
         self.freeable = capacity
-        self._refs: dict[int, set[Request]] = {}
+        self._refs: dict[int, set[Hashable]] = {}
         self._size: dict[int, int] = {}
         self._lru: OrderedDict[int, int] = OrderedDict()
         """Unreferenced entries (hash -> tokens), oldest first."""
@@ -227,12 +225,12 @@ class EncoderCache:
     def __len__(self) -> int:
         return len(self._refs)
 
-    def holds(self, req: Request, image_hash: int) -> bool:
+    def holds(self, req: Hashable, image_hash: int) -> bool:
         """Whether ``req`` references the entry of ``image_hash``."""
         refs = self._refs.get(image_hash)
         return refs is not None and req in refs
 
-    def acquire(self, req: Request, image_hash: int) -> bool:
+    def acquire(self, req: Hashable, image_hash: int) -> bool:
         """Reference the entry of ``image_hash`` for ``req`` if it is cached; False if not."""
         refs = self._refs.get(image_hash)
         if refs is None:
@@ -246,7 +244,7 @@ class EncoderCache:
         """Whether ``tokens`` more fit, evicting unreferenced entries if need be."""
         return tokens <= self.free or tokens <= self.freeable
 
-    def allocate(self, req: Request, image_hash: int, tokens: int) -> None:
+    def allocate(self, req: Hashable, image_hash: int, tokens: int) -> None:
         """Store an image encoded for ``req`` (referenced by it), evicting the oldest
         unreferenced entries until it fits. Call only after :meth:`can_allocate` said yes."""
         while tokens > self.free:
@@ -262,7 +260,7 @@ class EncoderCache:
         self.encoded += 1
         self.encoded_tokens += tokens
 
-    def release(self, req: Request, image_hash: int) -> None:
+    def release(self, req: Hashable, image_hash: int) -> None:
         """Drop ``req``'s reference (no-op when it holds none); an entry left unreferenced stays
         cached, newest in eviction order."""
         refs = self._refs.get(image_hash)
@@ -274,6 +272,6 @@ class EncoderCache:
             self._lru[image_hash] = size
             self.freeable += size
 
-    def release_all(self, req: Request, images: Iterable[EncoderInput]) -> None:
+    def release_all(self, req: Hashable, images: Iterable[EncoderInput]) -> None:
         for im in images:
             self.release(req, im.hash)
