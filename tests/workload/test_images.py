@@ -113,3 +113,13 @@ def test_a_bad_image_names_file_line_and_turn(tmp_path: Path):
         with pytest.raises(FormatError) as info:
             wformat.load(path)
         assert str(info.value) == f"{path}:2: {why}"
+
+
+def test_tile_grid_follows_idefics3_resizing():
+    from kvharness.workload.images import tile_grid
+
+    assert tile_grid(1280, 800, longest=2048, tile=512) == (3, 4)  # 2048 x 1280
+    assert tile_grid(800, 1280, longest=2048, tile=512) == (4, 3)
+    assert tile_grid(100, 100, longest=2048, tile=512) == (4, 4)  # scaled up
+    assert tile_grid(300, 200, longest=512, tile=512) == (0, 0)  # one tile: the global view
+    assert tile_grid(8000, 100, longest=8192, tile=512) == (1, 8)  # capped at 4096 x 51

@@ -39,13 +39,12 @@ import base64
 import binascii
 import hashlib
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from kvharness.workload.chain import ROOT_HASH, digest, token_bytes
-from kvharness.workload.images import grid_tokens
+from kvharness.workload.images import grid_tokens, tile_grid
 
 __all__ = [
     "IMAGE_PART_TYPES",
@@ -287,14 +286,8 @@ class Idefics3Images:
             raise ImageError(f"image size must be positive, got {width}x{height}")
         if not self.split:
             return 0, 0
-        h, w = _rescale(height, width, self.longest_edge)
-        aspect = w / h
-        if w >= h and w > _IDEFICS3_MAX_SIDE:
-            w, h = _IDEFICS3_MAX_SIDE, max(1, int(_IDEFICS3_MAX_SIDE / aspect))
-        elif h > w and h > _IDEFICS3_MAX_SIDE:
-            h, w = _IDEFICS3_MAX_SIDE, max(1, int(_IDEFICS3_MAX_SIDE * aspect))
-        rows, cols = math.ceil(h / self.tile), math.ceil(w / self.tile)
-        return (0, 0) if rows == 1 and cols == 1 else (rows, cols)
+        return tile_grid(width, height, longest=self.longest_edge, tile=self.tile,
+                         max_side=_IDEFICS3_MAX_SIDE)  # fmt: skip
 
     def tokens(self, width: int, height: int) -> tuple[int, ...]:
         key = self.grid(width, height)
@@ -312,17 +305,6 @@ class Idefics3Images:
         )
         glob = f"{fake}<global-img>{image}{fake}"
         return f"{tiles}\n{glob}" if rows else glob
-
-
-def _rescale(height: int, width: int, longest: int) -> tuple[int, int]:
-    aspect = width / height
-    if width >= height:
-        width, height = longest, int(longest / aspect)
-        height += height % 2
-    else:
-        height, width = longest, int(longest * aspect)
-        width += width % 2
-    return max(height, 1), max(width, 1)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -24,7 +24,6 @@ Run as ``python -m kvharness.testing.tiny_vlm [DIR]`` or call :func:`ensure_tiny
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -35,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvharness.testing.tiny_model import _corpus, _write_safetensors
+from kvharness.workload.images import tile_grid
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -133,35 +133,12 @@ class TinyVlmSpec:
         return (self.tile // self.patch_size) ** 2 // self.scale_factor**2
 
 
-def _rescaled(width: int, height: int, longest: int) -> tuple[int, int]:
-    # The longest side becomes ``longest`` (up or down); the other keeps the aspect ratio,
-    # truncated, then rounded up to even; both are then capped at _MAX_SIDE.
-    aspect = width / height
-    if width >= height:
-        w, h = longest, int(longest / aspect)
-        h += h % 2
-    else:
-        w, h = int(longest * aspect), longest
-        w += w % 2
-    w, h = max(w, 1), max(h, 1)
-    aspect = w / h
-    if w >= h and w > _MAX_SIDE:
-        w, h = _MAX_SIDE, int(_MAX_SIDE / aspect)
-    elif h > w and h > _MAX_SIDE:
-        w, h = int(_MAX_SIDE * aspect), _MAX_SIDE
-    return max(w, 1), max(h, 1)
-
-
 def image_grid(width: int, height: int, spec: TinyVlmSpec = TinyVlmSpec()) -> tuple[int, int]:
     """``(rows, cols)`` of tiles an image of ``width`` x ``height`` pixels is cut into, besides
     its global view; ``(0, 0)`` when it fits in one tile (then only the global view is used)."""
     if width <= 0 or height <= 0:
         raise ValueError(f"image size must be positive, got {width}x{height}")
-    w, h = _rescaled(width, height, spec.longest_edge)
-    rows, cols = math.ceil(h / spec.tile), math.ceil(w / spec.tile)
-    if rows == 1 and cols == 1:
-        return 0, 0
-    return rows, cols
+    return tile_grid(width, height, longest=spec.longest_edge, tile=spec.tile, max_side=_MAX_SIDE)
 
 
 def image_tokens(width: int, height: int, spec: TinyVlmSpec = TinyVlmSpec()) -> int:

@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Image", "check_images", "grid_tokens"]
+__all__ = ["Image", "check_images", "grid_tokens", "tile_grid"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,3 +95,31 @@ def grid_tokens(
         h = math.ceil(height * beta / f) * f
         w = math.ceil(width * beta / f) * f
     return (h // f) * (w // f)
+
+
+def tile_grid(
+    width: int, height: int, *, longest: int, tile: int, max_side: int = 4096
+) -> tuple[int, int]:
+    """``(rows, cols)`` of ``tile``-pixel tiles an Idefics3 / SmolVLM processor cuts a ``width`` x
+    ``height`` image into, besides its global view; ``(0, 0)`` when it fits in one tile.
+
+    The image is resized so that its longer side is ``longest`` (up or down) and the shorter keeps
+    the aspect ratio, truncated and then rounded up to even; a side over ``max_side`` (the
+    processor's absolute bound) is then brought down to it, keeping the ratio."""
+    if width <= 0 or height <= 0:
+        raise ValueError(f"image size must be positive, got {width}x{height}")
+    aspect = width / height
+    if width >= height:
+        w, h = longest, int(longest / aspect)
+        h += h % 2
+    else:
+        w, h = int(longest * aspect), longest
+        w += w % 2
+    w, h = max(w, 1), max(h, 1)
+    aspect = w / h
+    if w >= h and w > max_side:
+        w, h = max_side, int(max_side / aspect)
+    elif h > w and h > max_side:
+        w, h = int(max_side * aspect), max_side
+    rows, cols = math.ceil(max(h, 1) / tile), math.ceil(max(w, 1) / tile)
+    return (0, 0) if rows == 1 and cols == 1 else (rows, cols)
