@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import sysconfig
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -194,23 +196,28 @@ def ensure_tiny_model(out: Path = DEFAULT_DIR, spec: TinyLlamaSpec = TinyLlamaSp
 
     Safe against concurrent callers: the model is written to a temporary sibling and renamed.
     """
-    out = Path(out)
     want = {"version": _VERSION, "spec": asdict(spec), "python": sys.version_info[:2]}
-    stamp = out / _STAMP
+    return _ensure_built(Path(out), _STAMP, want, lambda tmp: write_tiny_model(tmp, spec))
+
+
+def _ensure_built(
+    out: Path, stamp_name: str, want: Mapping[str, object], write: Callable[[Path], object]
+) -> Path:
+    """``out``, rebuilt by ``write(folder)`` unless its stamp file ``stamp_name`` holds ``want``.
+
+    Safe against concurrent callers: the model is written to a temporary sibling and renamed.
+    """
+    stamp = out / stamp_name
     if stamp.exists() and json.loads(stamp.read_text()) == json.loads(json.dumps(want)):
         return out.resolve()
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-    write_tiny_model(tmp, spec)
-    (tmp / _STAMP).write_text(json.dumps(want) + "\n")
+    write(tmp)
+    (tmp / stamp_name).write_text(json.dumps(want) + "\n")
     if out.exists():
-        import shutil
-
         shutil.rmtree(out, ignore_errors=True)
     try:
         tmp.rename(out)
     except OSError:  # another process won the race; its model is as good as ours
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return out.resolve()
 

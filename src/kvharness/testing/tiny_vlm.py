@@ -24,8 +24,6 @@ Run as ``python -m kvharness.testing.tiny_vlm [DIR]`` or call :func:`ensure_tiny
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from kvharness.testing.tiny_model import _corpus, _write_safetensors
+from kvharness.testing.tiny_model import _corpus, _ensure_built, _write_safetensors
 from kvharness.workload.images import tile_grid
 
 __all__ = [
@@ -317,21 +315,8 @@ def ensure_tiny_vlm(out: Path = DEFAULT_DIR, spec: TinyVlmSpec = TinyVlmSpec()) 
 
     Safe against concurrent callers: the model is written to a temporary sibling and renamed.
     """
-    out = Path(out)
     want = {"version": _VERSION, "spec": asdict(spec), "python": sys.version_info[:2]}
-    stamp = out / _STAMP
-    if stamp.exists() and json.loads(stamp.read_text()) == json.loads(json.dumps(want)):
-        return out.resolve()
-    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-    write_tiny_vlm(tmp, spec)
-    (tmp / _STAMP).write_text(json.dumps(want) + "\n")
-    if out.exists():
-        shutil.rmtree(out, ignore_errors=True)
-    try:
-        tmp.rename(out)
-    except OSError:  # another process won the race; its model is as good as ours
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out.resolve()
+    return _ensure_built(Path(out), _STAMP, want, lambda tmp: write_tiny_vlm(tmp, spec))
 
 
 if __name__ == "__main__":
