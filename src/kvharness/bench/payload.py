@@ -92,15 +92,18 @@ class PayloadBuilder:
             n = bs if i < full else tail
             frag = get((h, n))
             if frag is None:
-                ids = block_tokens(h, bs, self._vocab, self._low)[:n].tolist()
-                words = self._words
-                if words is None:
-                    frag = _enc.encode(ids)[1:-1]
-                else:
-                    frag = b"".join([words[t] for t in ids])
+                frag = self._fragment(h, bs, 0, n)
                 self._blocks[(h, n)] = frag
             parts.append(frag)
         return self._sep.join(parts)
+
+    def _fragment(self, h: int, block_size: int, lo: int, hi: int) -> bytes:
+        """Tokens ``[lo, hi)`` of the block named ``h``, encoded (not cached)."""
+        ids = block_tokens(h, block_size, self._vocab, self._low)[lo:hi].tolist()
+        words = self._words
+        if words is None:
+            return _enc.encode(ids)[1:-1]
+        return b"".join([words[t] for t in ids])
 
     def prepare(self, chains: Iterable[BlockChain]) -> None:
         """Encode every block of ``chains`` now (before a run's clock starts), so that sending
@@ -153,12 +156,17 @@ class PayloadBuilder:
         for im in (*turn.images, None):
             stop = chain.num_tokens if im is None else im.offset
             if stop > pos:
-                ids = []
+                text = []
                 for i in range(pos // bs, -(-stop // bs)):
+                    h = chain.hashes[i]
                     lo, hi = max(pos - i * bs, 0), min(stop - i * bs, bs)
-                    ids.extend(block_tokens(chain.hashes[i], bs, self._vocab, 0)[lo:hi].tolist())
-                text = b"".join([words[t] for t in ids])
-                parts.append(b'{"type":"text","text":"' + text + b'"}')
+                    frag = self._blocks.get((h, hi)) if lo == 0 else None
+                    if frag is None:
+                        frag = self._fragment(h, bs, lo, hi)
+                        if lo == 0:  # a block's first tokens: what a text prompt sends too
+                            self._blocks[(h, hi)] = frag
+                    text.append(frag)
+                parts.append(b'{"type":"text","text":"' + b"".join(text) + b'"}')
             if im is None:
                 break
             url = self._image_json(im)
