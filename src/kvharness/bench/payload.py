@@ -7,7 +7,8 @@ user message holding that text. Each block's ids or text are encoded to JSON onc
 growing prompt costs a join of cached fragments. Turns with their exact token ids (a recording
 that kept content) send those ids, whatever the prompt format. Turns with messages become
 ``/v1/chat/completions`` requests whose messages are the session's messages so far (turn ``i``
-sends the messages of turns ``0..i``). Turns with images (computer-use screenshots) become
+sends the messages of turns ``0..i``; a recorded computer-use rollout's messages hold its
+screenshots inline). Turns with images but no messages (generated computer-use sessions) become
 ``/v1/chat/completions`` requests of one user message whose content parts are, in prompt order,
 the text of the tokens between images and each image as an ``image_url`` (the caller's
 ``image_url`` turns an :class:`~kvharness.workload.images.Image` into its URL, e.g. a PNG data
@@ -211,7 +212,7 @@ class PayloadBuilder:
     def _request(self, session: Session, index: int, history: Sequence[bytes]) -> tuple[str, bytes]:
         turn = session.turns[index]
         max_tokens = max(1, turn.output_tokens)
-        if turn.images:
+        if turn.images and turn.messages is None:
             return CHAT, self.chat_images(turn, max_tokens)
         if turn.prompt_ids is not None:
             return COMPLETIONS, self.completions_ids(turn.prompt_ids, max_tokens)

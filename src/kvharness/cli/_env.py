@@ -41,6 +41,9 @@ def register(subparsers: Any) -> None:
     _register_build(sub)
     _register_perf_build(sub)
     _register_run(sub)
+    from kvharness.cli import _web
+
+    _web.register(sub)
 
 
 def _no_sub(parser: argparse.ArgumentParser) -> int:

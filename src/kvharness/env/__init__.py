@@ -18,6 +18,9 @@ Modules:
 * :mod:`~kvharness.env.perf` — performance tasks: make a slow, correct function faster; graded
   by correctness on seeded hidden inputs and a speedup measured against the reference in fresh
   processes on the grader's clock, through the same episode API, sandbox and adapters.
+* :mod:`~kvharness.env.web` — the computer-use environment: small local web apps in a sandboxed
+  headless Chromium, screenshots in, mouse and keyboard actions out, scored by hidden checks of
+  the app's state (ordered milestones for partial credit); its rollouts are multimodal workloads.
 * :mod:`~kvharness.env.reward` — episode reward rules over submissions.
 * :mod:`~kvharness.env.harness` — the agent loop and rollout recording (rollouts are workloads for
   bench and sim); :mod:`~kvharness.env.adapters` — Gymnasium and verifiers-style adapters.

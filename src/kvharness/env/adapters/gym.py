@@ -1,4 +1,6 @@
-"""Gymnasium adapter: ``gymnasium.make("kvharness/CodingEnv-v0", task=...)``.
+"""Gymnasium adapters: ``gymnasium.make("kvharness/CodingEnv-v0", task=...)``, and
+``gymnasium.make("kvharness/WebEnv-v0", task="signup-form/0")`` for the computer-use environment
+(:class:`GymWebEnv`).
 
 Observations and actions are text (``gymnasium.spaces.Text``): an observation is the tool's output
 (the issue text after ``reset``), an action is an OpenAI tool call as JSON text
@@ -23,13 +25,22 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium
+import numpy as np
 from gymnasium import spaces
 
 from kvharness.env.actions import Action
 from kvharness.env.api import CodingEnv, EnvConfig
 from kvharness.env.task import AnyTask, load_task
 
-__all__ = ["CHARSET", "ENV_ID", "GymCodingEnv", "register"]
+__all__ = [
+    "CHARSET",
+    "ENV_ID",
+    "WEB_ENV_ID",
+    "GymCodingEnv",
+    "GymWebEnv",
+    "register",
+    "register_web",
+]
 
 ENV_ID = "kvharness/CodingEnv-v0"
 CHARSET = frozenset(string.printable)
@@ -107,3 +118,80 @@ def register() -> None:
 
 
 register()
+
+
+WEB_ENV_ID = "kvharness/WebEnv-v0"
+
+
+class GymWebEnv(gymnasium.Env[dict[str, Any], str]):
+    """The computer-use :class:`~kvharness.env.web.env.WebEnv` as a ``gymnasium.Env``.
+
+    Observations are ``{"screenshot": uint8 array (height, width, 3), "text": str}``; an action
+    is the call a model writes (``"click(412, 230)"``, see ``web/actions.py``), a typed action or
+    a ``{"action": name, "args": [...]}`` mapping. ``task``: a
+    :class:`~kvharness.env.web.task.WebTask` or its id (``"signup-form/3"``); keyword
+    arguments override :class:`~kvharness.env.web.env.WebConfig` fields. As for the coding
+    environment, the step's wall time moves from ``info`` to ``last_duration_s`` (with the
+    timing breakdown), so equal actions give equal ``info``. ``render_mode="rgb_array"``:
+    :meth:`render` returns the last screenshot.
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}  # noqa: RUF012 - Gymnasium's documented class attribute
+
+    def __init__(self, task: Any, render_mode: str | None = None, **overrides: Any) -> None:
+        from kvharness.env.web.apps import task as web_task
+        from kvharness.env.web.env import WebConfig, WebEnv
+
+        self.env = WebEnv(web_task(task) if isinstance(task, str) else task, WebConfig(**overrides))
+        cfg = self.env.config
+        self.render_mode = render_mode
+        self.observation_space = spaces.Dict(
+            {
+                "screenshot": spaces.Box(0, 255, (cfg.height, cfg.width, 3), dtype=np.uint8),
+                "text": spaces.Text(1 << 14, min_length=0, charset=CHARSET),
+            }
+        )
+        self.action_space = spaces.Text(1 << 12, min_length=0, charset=CHARSET)
+        self._last: Any = None
+        self.last_duration_s = 0.0
+
+    def _observe(self, obs: Any) -> dict[str, Any]:
+        import io
+
+        from PIL import Image
+
+        cfg = self.env.config
+        if obs.screenshot:
+            pixels = np.asarray(Image.open(io.BytesIO(obs.screenshot)).convert("RGB"))
+        else:  # the browser died: a black screen
+            pixels = np.zeros((cfg.height, cfg.width, 3), dtype=np.uint8)
+        self._last = pixels
+        return {"screenshot": pixels, "text": _sanitise(obs.text, 1 << 14)}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        obs, info = self.env.reset()
+        return self._observe(obs), info
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.last_duration_s = info.pop("duration_s")
+        self.last_timing = info.pop("timing")
+        return self._observe(obs), reward, terminated, truncated, info
+
+    def render(self) -> Any:
+        return self._last if self.render_mode == "rgb_array" else None
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def register_web() -> None:
+    """Register :data:`WEB_ENV_ID` with Gymnasium (idempotent)."""
+    if WEB_ENV_ID not in gymnasium.registry:
+        gymnasium.register(id=WEB_ENV_ID, entry_point=f"{__name__}:GymWebEnv")
+
+
+register_web()
