@@ -131,6 +131,28 @@ async def test_bad_actions_are_steps_with_errors_never_crashes(
         assert env.episode_reward == 0.0
 
 
+async def test_the_accessibility_tree_joins_the_text_when_asked(
+    loopback: tuple[str, list[str]],
+) -> None:
+    task = _probe_task(loopback[0])
+    async with AsyncWebEnv(task, WebConfig(accessibility=True)) as env:
+        obs, _ = await env.reset()
+        assert 'button "Press"' in obs.text and 'link "external"' in obs.text
+        assert 'textbox "" = "old text"' in obs.text
+    async with AsyncWebEnv(task) as env:
+        obs, _ = await env.reset()
+        assert "Accessibility tree" not in obs.text
+
+
+async def test_closing_kills_the_browser(loopback: tuple[str, list[str]]) -> None:
+    env = AsyncWebEnv(_probe_task(loopback[0]))
+    await env.reset()
+    browser = env._browser
+    assert browser is not None and browser.alive
+    await env.close()
+    assert not browser.alive and browser._proc is not None and browser._proc.returncode is not None
+
+
 async def test_the_step_budget_truncates(loopback: tuple[str, list[str]]) -> None:
     async with AsyncWebEnv(_probe_task(loopback[0]), WebConfig(max_steps=2)) as env:
         await env.reset()

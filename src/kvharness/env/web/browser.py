@@ -71,6 +71,7 @@ _FLAGS = (
     "--disable-dev-shm-usage",
     "--remote-debugging-pipe",
 )
+_AX_SKIP = ("StaticText", "InlineTextBox", "RootWebArea")
 _SETTLE_JS = "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(0))))"
 
 
@@ -355,6 +356,27 @@ class Browser:
         """The viewport as PNG (``width`` x ``height`` pixels)."""
         shot = await self.page("Page.captureScreenshot", format="png", optimizeForSpeed=True)
         return base64.b64decode(shot["data"])
+
+    async def accessibility_text(self, limit: int = 200) -> str:
+        """The page's accessibility tree as text, one ``role "name" = "value"`` line per node with
+        a name or a value (at most ``limit`` lines), in document order: what a screen reader
+        would announce."""
+        tree = await self.page("Accessibility.getFullAXTree")
+        lines = []
+        for node in tree.get("nodes", ()):
+            if node.get("ignored"):
+                continue
+            role = (node.get("role") or {}).get("value", "")
+            name = str((node.get("name") or {}).get("value", "")).strip()
+            value = (node.get("value") or {}).get("value")
+            if (not name and value in (None, "")) or role in _AX_SKIP:
+                continue
+            extra = f" = {json.dumps(str(value))}" if value not in (None, "") else ""
+            lines.append(f"{role} {json.dumps(name)}{extra}")
+            if len(lines) == limit:
+                lines.append("...")
+                break
+        return "\n".join(lines)
 
     async def url(self) -> str:
         """The page's current URL."""

@@ -68,8 +68,9 @@ class WebConfig:
     ``max_steps``: actions per episode (then truncated); ``max_wall_s``: wall time from reset
     (None: no limit); ``width`` x ``height``: the viewport and screenshot size in pixels;
     ``stop_on_solve``: end the episode as soon as the task's check holds; ``action_timeout_s``:
-    how long one action may take in the browser; ``unsafe``: run the browser without
-    bubblewrap (see ``browser.py``).
+    how long one action may take in the browser; ``accessibility``: add the page's accessibility
+    tree (roles and names, as a screen reader has them) to every observation's text; ``unsafe``:
+    run the browser without bubblewrap (see ``browser.py``).
     """
 
     max_steps: int = 40
@@ -78,6 +79,7 @@ class WebConfig:
     height: int = 800
     stop_on_solve: bool = True
     action_timeout_s: float = 15.0
+    accessibility: bool = False
     unsafe: bool = False
 
     def __post_init__(self) -> None:
@@ -151,8 +153,14 @@ class AsyncWebEnv:
             f"{self.task.instruction}\n\n{ACTION_HELP}\n"
             f"The screen is {cfg.width}x{cfg.height} pixels. Budget: {cfg.max_steps} actions."
         )
+        text += await self._tree()
         shot = await self._browser.screenshot()
         return Observation(shot, text), {"task": self.task.id, "milestones": list(self._reached)}
+
+    async def _tree(self) -> str:
+        if not self.config.accessibility or self._browser is None or not self._browser.alive:
+            return ""
+        return "\n\nAccessibility tree:\n" + await self._browser.accessibility_text()
 
     @property
     def episode_reward(self) -> float:
@@ -198,6 +206,7 @@ class AsyncWebEnv:
         t = time.monotonic()
         shot = await browser.screenshot() if browser.alive else b""
         timing["screenshot_s"] = time.monotonic() - t
+        text += await self._tree()
         if terminated or truncated:
             self._done = True
         info = {

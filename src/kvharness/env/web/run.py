@@ -79,6 +79,9 @@ class WebRunConfig:
         lo=1,
         metavar="K",
     )
+    accessibility: bool = opt(
+        False, help="add the page's accessibility tree (roles and names) to every observation"
+    )
     block_size: int = opt(16, help="block size of the recorded workload, tokens", lo=1, metavar="B")
     unsafe_no_sandbox: bool = opt(
         False, help="run the browsers without bubblewrap (and its URL policy): no isolation!"
@@ -89,6 +92,7 @@ class WebRunConfig:
             max_steps=self.max_steps,
             width=self.width,
             height=self.height,
+            accessibility=self.accessibility,
             unsafe=self.unsafe_no_sandbox,
         )
 
