@@ -56,8 +56,8 @@ def register(subparsers: Any) -> None:
         "--workload",
         default="synthetic",
         help="workload spec: a file (kvharness format, Mooncake hash_ids JSONL, SWE-agent .traj "
-        "or folder), synthetic[:key=value,...], fixed[:key=value,...] or "
-        "computer-use[:key=value,...] (default: synthetic)",
+        "or folder), synthetic[:key=value,...], fixed[:key=value,...], "
+        "computer-use[:key=value,...] or long-horizon[:key=value,...] (default: synthetic)",
     )
     p.add_argument(
         "--cluster",
@@ -203,13 +203,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_workload(spec: str) -> None:
     """Refuse a bad synthetic spec or a missing file here, before the sweep's workers load it."""
-    from kvharness.workload.load import parse_computer_use, parse_fixed, parse_synthetic
+    from kvharness.workload.load import (
+        parse_computer_use,
+        parse_fixed,
+        parse_long_horizon,
+        parse_synthetic,
+    )
 
     name = spec.partition(":")[0]
     parsers = {
         "synthetic": parse_synthetic,
         "fixed": parse_fixed,
         "computer-use": parse_computer_use,
+        "long-horizon": parse_long_horizon,
     }
     if name in parsers:
         parsers[name](spec)

@@ -19,6 +19,7 @@ from kvharness.workload import formats
 from kvharness.workload.computer_use import ComputerUseConfig
 from kvharness.workload.fixed import FixedConfig
 from kvharness.workload.load import load_workload
+from kvharness.workload.long_horizon import LongHorizonConfig
 from kvharness.workload.model import Workload
 from kvharness.workload.stats import Distribution, WorkloadStats, workload_stats
 from kvharness.workload.synthetic import SyntheticConfig
@@ -29,7 +30,9 @@ _SPEC_HELP = (
     "workload: a trace file or folder in any format `kvharness workload formats` lists (its "
     "format is told from its contents), a gateway recording, 'synthetic[:key=value,...]' (coding-agent "
     "sessions), 'fixed[:key=value,...]' (independent requests of one shape) or "
-    "'computer-use[:key=value,...]' (a screenshot after every action) (default: synthetic)"
+    "'computer-use[:key=value,...]' (a screenshot after every action) or "
+    "'long-horizon[:key=value,...]' (thousands of turns, compacted at the window) "
+    "(default: synthetic)"
 )
 
 _SHARING = {
@@ -46,11 +49,13 @@ def _synthetic_epilog() -> str:
         ("synthetic", SyntheticConfig),
         ("fixed", FixedConfig),
         ("computer-use", ComputerUseConfig),
+        ("long-horizon", LongHorizonConfig),
     ):
         lines.append(f"{name} options ({name}:key=value,...):")
         for f in dataclasses.fields(cls):
-            lo, hi = f.metadata["bounds"]
-            lines.append(f"  {f.name:<20} {f.metadata['help']} (default {f.default}; {lo} to {hi})")
+            bounds = f.metadata["bounds"]
+            span = f"; {bounds[0]} to {bounds[1]}" if bounds is not None else ""
+            lines.append(f"  {f.name:<20} {f.metadata['help']} (default {f.default}{span})")
     return "\n".join(lines)
 
 

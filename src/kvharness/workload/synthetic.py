@@ -41,6 +41,8 @@ def check_bounds(config: object, name: str) -> None:
     fields, spelled ``name:...``) outside its bounds."""
     for f in fields(config):  # type: ignore[arg-type]
         value = getattr(config, f.name)
+        if f.metadata.get("bounds") is None:  # a named choice, checked by its config
+            continue
         lo, hi = f.metadata["bounds"]
         if not lo <= value <= hi:  # NaN fails too
             raise ValueError(f"{name} option {f.name} must be in [{lo:g}, {hi:g}], got {value}")
