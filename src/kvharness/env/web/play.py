@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,9 @@ class WebStepRecord:
 
 @dataclass(slots=True)
 class WebEpisode:
+    """What one episode did: its reward and the milestones credited, every step, how it ended,
+    the browser start (``reset_s``) and wall time, and the URLs the page was refused."""
+
     task: str
     agent: str
     seed: int
@@ -40,8 +43,6 @@ class WebEpisode:
     blocked: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return asdict(self)
 
 
