@@ -82,3 +82,15 @@ def test_bad_replies_say_what_to_write(reply: str, says: str) -> None:
 )
 def test_action_text_parses_back(action: object) -> None:
     assert parse_action(action_text(action)) == action  # type: ignore[arg-type]
+
+
+def test_image_spans_are_what_the_image_free_prompt_lacks() -> None:
+    from kvharness.env.web.harness import image_spans
+
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    # Two images: 4 placeholder tokens after token 3, 3 after token 9; one at the very end.
+    with_images = [1, 2, 3, 90, 91, 91, 92, 4, 5, 6, 7, 8, 9, 90, 91, 92, 10, 11, 12]
+    assert image_spans(with_images, text, 2) == [(3, 4), (13, 3)]
+    assert image_spans([*text, 90, 91], text, 1) == [(12, 2)]
+    with pytest.raises(ValueError, match="found 2 image spans for 1 images"):
+        image_spans(with_images, text, 1)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvharness.env.harness.client import ChatClient, ModelCall
-from kvharness.env.web.actions import ActionError, action_text, parse_action
+from kvharness.env.web.actions import action_text
 from kvharness.env.web.agents import make_web_agent
 from kvharness.env.web.env import AsyncWebEnv, WebConfig
 from kvharness.env.web.play import WebEpisode, WebStepRecord
@@ -144,7 +144,11 @@ async def run_episode(
             text = str(reply.message.get("content") or "")
             calls.append(WebCall(reply.call, tuple(messages), tuple(images), gap))
             action = await who.act(obs, text)
-            recorded = text if not who.scripted else action_text(_typed(action))
+            if who.scripted:  # a script's action stands for the reply it did not read
+                assert not isinstance(action, str)
+                recorded = action_text(action)
+            else:
+                recorded = text
             convo.add_reply(recorded)
             result = await env.step(action)
             info = result.info
@@ -166,15 +170,6 @@ async def run_episode(
     return ep, calls
 
 
-def _typed(action: Any) -> Any:
-    if isinstance(action, tuple):
-        return action
-    try:
-        return parse_action(action)
-    except ActionError:
-        return action
-
-
 def _without_images(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for m in messages:
@@ -185,12 +180,27 @@ def _without_images(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     return out
 
 
+def _resume(with_images: Sequence[int], without: Sequence[int], i: int, j: int) -> int | None:
+    """The first position after ``i`` where ``with_images`` agrees again with ``without[j:]``
+    for a run of tokens: 8 where the text goes on that long, shorter runs only when no 8-token
+    agreement exists (text between two images can be short; an image's expansion can hold
+    tokens that also occur in text, so a single equal token is the last resort)."""
+    longest = min(8, len(without) - j)
+    for run in [longest, *(r for r in (4, 2, 1) if r < longest)]:
+        tail = list(without[j : j + run])
+        for e in range(i + 1, len(with_images) - run + 1):
+            if list(with_images[e : e + run]) == tail:
+                return e
+    return None
+
+
 def image_spans(
     with_images: Sequence[int], without: Sequence[int], count: int
 ) -> list[tuple[int, int]]:
     """``(offset, tokens)`` of each of ``count`` images in a prompt's token ids, given the ids of
     the same prompt without them: the stretches of ``with_images`` that ``without`` lacks (each
-    ends where the two agree again for a run of tokens). ValueError when they do not align."""
+    ends where the two agree again, see :func:`_resume`). ValueError when they do not align.
+    Each image costs a scan of the prompt after it at worst."""
     spans: list[tuple[int, int]] = []
     i = j = 0
     n, m = len(with_images), len(without)
@@ -199,19 +209,7 @@ def image_spans(
             i += 1
             j += 1
             continue
-        run = min(8, m - j)
-        end = (
-            n
-            if run == 0
-            else next(
-                (
-                    e
-                    for e in range(i + 1, n - run + 1)
-                    if list(with_images[e : e + run]) == list(without[j : j + run])
-                ),
-                None,
-            )
-        )
+        end = n if j == m else _resume(with_images, without, i, j)
         if end is None:
             raise ValueError(f"the prompt's ids do not align with its text at token {i}")
         spans.append((i, end - i))
