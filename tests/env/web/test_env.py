@@ -52,8 +52,8 @@ def _probe_task(loopback: str) -> WebTask:
     )
     script = f"const LOOPBACK = {json.dumps(loopback)};" + _PROBE_JS
     return WebTask(
-        id="probe/0",
         family="probe",
+        seed=0,
         instruction="Press the button twice.",
         files={"index.html": page("Probe", body, script), "data.txt": "app data"},
         milestones=(

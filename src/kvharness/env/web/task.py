@@ -87,15 +87,20 @@ OracleStep: TypeAlias = Click | TypeText | Press | DragTo
 
 @dataclass(frozen=True, slots=True)
 class WebTask:
-    """One task variant. ``id`` is ``<family>/<seed>``; ``files`` maps a path under
-    :data:`ORIGIN` (``"index.html"``, ``"app.js"``) to its text; ``oracle`` solves the task."""
+    """One task variant, ``seed`` of ``family``; ``files`` maps a path under :data:`ORIGIN`
+    (``"index.html"``, ``"app.js"``) to its text; ``oracle`` solves the task."""
 
-    id: str
     family: str
+    seed: int
     instruction: str
     files: Mapping[str, str]
     milestones: tuple[Milestone, ...]
     oracle: tuple[OracleStep, ...]
+
+    @property
+    def id(self) -> str:
+        """``<family>/<seed>``, as :func:`kvharness.env.web.apps.task` takes it."""
+        return f"{self.family}/{self.seed}"
 
     def __post_init__(self) -> None:
         if "index.html" not in self.files:

@@ -150,8 +150,8 @@ def build(seed: int) -> WebTask:
     )
     script = f"const D = {js({'accounts': accounts, 'payees': payees, 'code': code})};{_SCRIPT}"
     return WebTask(
-        id=f"bank-transfer/{seed}",
         family="bank-transfer",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Online Banking", body, script, style=_STYLE)},
         milestones=milestones,

@@ -175,8 +175,8 @@ def build(seed: int) -> WebTask:
         "week": week,
     }
     return WebTask(
-        id=f"calendar-booking/{seed}",
         family="calendar-booking",
+        seed=seed,
         instruction=instruction,
         files={
             "index.html": page(

@@ -145,8 +145,8 @@ def build(seed: int) -> WebTask:
     )
     script = f"const D = {js({'items': items, 'coupon': {'code': code, 'pct': pct}})};{_SCRIPT}"
     return WebTask(
-        id=f"cart/{seed}",
         family="cart",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Shopping cart", body, script, style=_STYLE)},
         milestones=milestones,

@@ -171,8 +171,8 @@ def build(seed: int) -> WebTask:
     )
     script = f"const D = {js({'convs': convs, 'reactions': _REACTIONS, 'marks': _MARKS})};"
     return WebTask(
-        id=f"chat/{seed}",
         family="chat",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Messages", body, script + _SCRIPT, style=_STYLE)},
         milestones=milestones,

@@ -198,8 +198,8 @@ def build(seed: int) -> WebTask:
     data = {"items": items, "cart": cart, "ships": ships, "fields": fields}
     script = f"const D = {js(data)}, STAGES = {js(list(_STAGES))};{_SCRIPT}"
     return WebTask(
-        id=f"checkout/{seed}",
         family="checkout",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Shop checkout", body, script, style=_STYLE)},
         milestones=milestones,

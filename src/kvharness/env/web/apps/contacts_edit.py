@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 from kvharness.env.web.apps._page import js, page
+from kvharness.env.web.apps._seeded import pairs_with_namesakes
 from kvharness.env.web.task import Click, Family, Milestone, Press, State, TypeText, WebTask
 
 _FIRST = (
@@ -104,16 +105,9 @@ def _phone(rng: random.Random) -> str:
 
 def build(seed: int) -> WebTask:
     rng = random.Random(seed)
-    names: list[tuple[str, str]] = []
-    count = rng.randint(22, 28)
-    while len(names) < count:
-        name = (rng.choice(_FIRST), rng.choice(_LAST))
-        if name not in names:
-            names.append(name)
-    (f1, l1), (f2, l2) = names[0], names[1]
     # Namesakes: the edited contact's first name and last name each appear elsewhere too.
-    names[2] = (f1, next(x for x in rng.sample(_LAST, len(_LAST)) if (f1, x) not in names))
-    names[3] = (next(x for x in rng.sample(_FIRST, len(_FIRST)) if (x, l1) not in names), l1)
+    names = pairs_with_namesakes(rng, _FIRST, _LAST, rng.randint(22, 28))
+    (f1, l1), (f2, l2) = names[0], names[1]
     contacts = [
         {
             "id": f"c{i}",
@@ -190,8 +184,8 @@ def build(seed: int) -> WebTask:
     )
     data = {"contacts": contacts, "lastFirst": rng.random() < 0.5}
     return WebTask(
-        id=f"contacts-edit/{seed}",
         family="contacts-edit",
+        seed=seed,
         instruction=instruction,
         files={
             "index.html": page("Contacts", body, f"const D = {js(data)};{_SCRIPT}", style=_STYLE)

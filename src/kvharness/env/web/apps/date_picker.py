@@ -141,8 +141,8 @@ def build(seed: int) -> WebTask:
             "months": _MONTHS, "weekdays": week}  # fmt: skip
     script = f"const D = {js(data)};{_SCRIPT}"
     return WebTask(
-        id=f"date-picker/{seed}",
         family="date-picker",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Reservations", body, script, style=_STYLE)},
         milestones=milestones,

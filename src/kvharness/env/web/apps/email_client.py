@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 from kvharness.env.web.apps._page import js, page
+from kvharness.env.web.apps._seeded import pairs_with_namesakes
 from kvharness.env.web.task import Click, Family, Milestone, State, WebTask
 
 _SENDERS = (
@@ -113,16 +114,9 @@ def build(seed: int) -> WebTask:
     rng = random.Random(seed)
     custom = rng.sample(_FOLDERS, 4)
     folders = ["Inbox", *custom, "Archive"]
-    pairs: list[tuple[str, str]] = []
-    count = rng.randint(14, 19)
-    while len(pairs) < count:
-        pair = (rng.choice(_SENDERS), rng.choice(_SUBJECTS))
-        if pair not in pairs:
-            pairs.append(pair)
-    (s1, j1), (s2, j2) = pairs[0], pairs[1]
     # Distractors: the first target's sender with another subject, its subject from another sender.
-    pairs[2] = (s1, next(j for j in rng.sample(_SUBJECTS, len(_SUBJECTS)) if (s1, j) not in pairs))
-    pairs[3] = (next(s for s in rng.sample(_SENDERS, len(_SENDERS)) if (s, j1) not in pairs), j1)
+    pairs = pairs_with_namesakes(rng, _SENDERS, _SUBJECTS, rng.randint(14, 19))
+    (s1, j1), (s2, j2) = pairs[0], pairs[1]
     rng.shuffle(pairs)
     msgs: list[dict[str, Any]] = []
     minutes = sorted(rng.sample(range(7 * 60, 18 * 60), len(pairs)), reverse=True)
@@ -184,8 +178,8 @@ def build(seed: int) -> WebTask:
     )
     script = f"const D = {js({'msgs': msgs, 'folders': folders})};{_SCRIPT}"
     return WebTask(
-        id=f"email-client/{seed}",
         family="email-client",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Mail", body, script, style=_STYLE)},
         milestones=milestones,

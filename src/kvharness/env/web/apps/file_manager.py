@@ -163,8 +163,8 @@ def build(seed: int) -> WebTask:
     )
     data = {"folders": folders, "files": files, "kinds": _KINDS}
     return WebTask(
-        id=f"file-manager/{seed}",
         family="file-manager",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Files", body, f"const D = {js(data)};{_SCRIPT}", style=_STYLE)},
         milestones=milestones,

@@ -130,8 +130,8 @@ def build(seed: int) -> WebTask:
     )
     script = f"const D = {js({'cols': cols, 'cards': cards, 'where': where})};{_SCRIPT}"
     return WebTask(
-        id=f"kanban/{seed}",
         family="kanban",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Sprint board", body, script, style=_STYLE)},
         milestones=milestones,

@@ -121,8 +121,8 @@ def build(seed: int) -> WebTask:
     )
     data = {"items": items, "per": _PER_PAGE}
     return WebTask(
-        id=f"pagination/{seed}",
         family="pagination",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Orders", body, f"const D = {js(data)};{_SCRIPT}", style=_STYLE)},
         milestones=milestones,

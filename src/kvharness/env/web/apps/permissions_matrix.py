@@ -132,8 +132,8 @@ def build(seed: int) -> WebTask:
     )
     data = {"roles": roles, "perms": perms, "init": init, "rolesAcross": rng.random() < 0.5}
     return WebTask(
-        id=f"permissions-matrix/{seed}",
         family="permissions-matrix",
+        seed=seed,
         instruction=instruction,
         files={
             "index.html": page(

@@ -123,8 +123,8 @@ def build(seed: int) -> WebTask:
     )
     script = f"const D = {js({'items': items})};{_SCRIPT}"
     return WebTask(
-        id=f"reorder-list/{seed}",
         family="reorder-list",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page(title, body, script, style=_STYLE)},
         milestones=milestones,

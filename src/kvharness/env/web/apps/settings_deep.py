@@ -173,8 +173,8 @@ def build(seed: int) -> WebTask:
     )
     script = f"const D = {js({'cats': cats, 'init': init, 'adv': adv})};{_SCRIPT}"
     return WebTask(
-        id=f"settings-deep/{seed}",
         family="settings-deep",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Workspace", body, script, style=_STYLE)},
         milestones=milestones,

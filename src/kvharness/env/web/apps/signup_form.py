@@ -92,8 +92,8 @@ window.kvhState = () => ({{
         ),
     )
     return WebTask(
-        id=f"signup-form/{seed}",
         family="signup-form",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Sign up", body, script)},
         milestones=milestones,

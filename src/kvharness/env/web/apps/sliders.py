@@ -144,8 +144,8 @@ def build(seed: int) -> WebTask:
     )
     script = f"const D = {js({'controls': controls, 'width': width})};{_SCRIPT}"
     return WebTask(
-        id=f"sliders/{seed}",
         family="sliders",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Settings", body, script, style=_style(width))},
         milestones=milestones,

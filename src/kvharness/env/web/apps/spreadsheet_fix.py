@@ -140,8 +140,8 @@ def build(seed: int) -> WebTask:
     )
     data = {"rows": rows, "cols": cols, "cells": shown, "rowHead": row_head}
     return WebTask(
-        id=f"spreadsheet-fix/{seed}",
         family="spreadsheet-fix",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page(title, body, f"const D = {js(data)};{_SCRIPT}", style=_STYLE)},
         milestones=milestones,

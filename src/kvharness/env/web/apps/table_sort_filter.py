@@ -135,8 +135,8 @@ def build(seed: int) -> WebTask:
         "row, and click Confirm selection."
     )
     return WebTask(
-        id=f"table-sort-filter/{seed}",
         family="table-sort-filter",
+        seed=seed,
         instruction=instruction,
         files={
             "index.html": page(

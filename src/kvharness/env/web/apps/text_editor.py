@@ -140,8 +140,8 @@ def build(seed: int) -> WebTask:
         "Then save the document."
     )
     return WebTask(
-        id=f"text-editor/{seed}",
         family="text-editor",
+        seed=seed,
         instruction=instruction,
         files={
             "index.html": page(

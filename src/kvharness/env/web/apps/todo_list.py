@@ -128,8 +128,8 @@ def build(seed: int) -> WebTask:
     )
     script = f"const D = {js({'items': old})};{_SCRIPT}"
     return WebTask(
-        id=f"todo-list/{seed}",
         family="todo-list",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("To-do", body, script, style=_STYLE)},
         milestones=milestones,

@@ -158,8 +158,8 @@ def build(seed: int) -> WebTask:
         "colours": dict(zip(_LABELS, _COLOURS, strict=True)),
     }
     return WebTask(
-        id=f"tree-select/{seed}",
         family="tree-select",
+        seed=seed,
         instruction=instruction,
         files={
             "index.html": page("Folders", body, f"const D = {js(data)};{_SCRIPT}", style=_STYLE)

@@ -168,8 +168,8 @@ def build(seed: int) -> WebTask:
     )
     script = f"const D = {js({'fields': fields, 'tabs': _TABS})};{_SCRIPT}"
     return WebTask(
-        id=f"wizard/{seed}",
         family="wizard",
+        seed=seed,
         instruction=instruction,
         files={"index.html": page("Profile setup", body, script, style=_STYLE)},
         milestones=milestones,
