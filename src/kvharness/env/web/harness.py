@@ -77,16 +77,17 @@ class WebCall:
 
 @dataclass(slots=True)
 class _Conversation:
-    """The messages of an episode, with each user turn's screenshot kept beside it so older ones
-    can be dropped from the prompt."""
+    """The messages of an episode, with each user turn's screenshot kept beside it (as its data
+    URI, encoded once) so older ones can be dropped from the prompt."""
 
     system: str
     turns: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    shots: list[tuple[bytes, int]] = field(default_factory=list)
+    shots: list[tuple[str, int]] = field(default_factory=list)
 
     def add_observation(self, text: str, png: bytes) -> None:
         self.turns.append(("user", {"text": text, "shot": len(self.shots)}))
-        self.shots.append((png, image_hash(png)))
+        url = "data:image/png;base64," + base64.b64encode(png).decode()
+        self.shots.append((url, image_hash(png)))
 
     def add_reply(self, text: str) -> None:
         self.turns.append(("assistant", {"text": text}))
@@ -104,8 +105,7 @@ class _Conversation:
             k = part["shot"]
             content: list[dict[str, Any]] = [{"type": "text", "text": part["text"]}]
             if k >= first_kept:
-                png, h = self.shots[k]
-                url = "data:image/png;base64," + base64.b64encode(png).decode()
+                url, h = self.shots[k]
                 content.append({"type": "image_url", "image_url": {"url": url}})
                 images.append((h, *size))
             else:
