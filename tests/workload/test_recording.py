@@ -182,6 +182,22 @@ def test_a_torn_last_line_is_dropped_and_damage_elsewhere_named(
     assert str(err.value).startswith(f"{part}:2: ")
 
 
+def test_a_part_is_published_with_its_header_and_a_headerless_one_is_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    writer = RecordingWriter(tmp_path, max_part_bytes=1)
+    _agent_traffic(writer, sessions=1, turns=3)
+    parts = recording_parts(tmp_path)
+    assert len(parts) == 3 and sorted(p.name for p in tmp_path.iterdir()) == [
+        p.name for p in parts
+    ]  # no staging file left behind
+    assert all(json.loads(p.read_bytes().splitlines()[0])["part"] for p in parts)
+    # A part whose header was torn (an operating-system crash just after it was linked).
+    (tmp_path / "part-000004.jsonl").write_bytes(b'{"format": "kvharness-rec')
+    assert load_recording(tmp_path).num_turns == 3
+    assert "part-000004.jsonl: skipped a part without its header" in capsys.readouterr().err
+
+
 def test_parts_at_different_block_sizes_are_refused(tmp_path: Path) -> None:
     writer = RecordingWriter(tmp_path)
     writer.write(_observed("a", [1, 2, 3, 4, 5], 1.0))
