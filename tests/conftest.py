@@ -9,11 +9,16 @@ points the tiny-model fixtures at running servers instead (``vllm_factory`` and 
 still start their own). ``vlm_replica`` is one shared replica of the tiny vision-language model
 (Idefics3, :mod:`kvharness.testing.tiny_vlm`), KV events on, for image turns.
 Tests that use them must carry ``@pytest.mark.vllm``.
+
+``ray_cluster`` is one local Ray cluster (a head with 2 CPUs, no dashboard, its files in a temp
+dir) started on first use, this process connected to it as the driver, shut down at the end of the
+session; it gives the cluster's GCS address, which other processes can join.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -131,6 +136,25 @@ def vllm_factory(vllm_config: ReplicaConfig) -> Iterator[Callable[..., VllmRepli
     finally:
         for rep in started:
             rep.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """A local Ray cluster for the session, this process its driver; yields its GCS address."""
+    import ray
+
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # its socket paths must stay short
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _temp_dir=temp,
+        configure_logging=False,
+    )
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
 
 
 def _fields(cfg: ReplicaConfig) -> dict[str, Any]:

@@ -1,10 +1,7 @@
-"""Sweeps: the process pool runs jobs like serial does; the Ray path against a stand-in module."""
+"""Sweeps: the process pool and a real local Ray cluster run jobs like serial does."""
 
 from __future__ import annotations
 
-import sys
-import types
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +11,7 @@ import pytest
 
 from kvharness.report.io import parse_deadline
 from kvharness.report.metrics import Summary
+from kvharness.sim import sweep as sweep_module
 from kvharness.sim.cluster import parse_cluster
 from kvharness.sim.simulator import SimConfig
 from kvharness.sim.summary import render_rows
@@ -35,37 +33,42 @@ def test_process_pool_matches_serial() -> None:
     assert [r.policy for r in serial] == ["round_robin", "session"]
 
 
-def test_ray_path_with_a_stand_in_ray_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    """MOCK: Ray is not installed here; a stand-in module runs remote calls in-process, so this
-    checks only how the sweep drives Ray's API (init with the address, remote, get)."""
-    calls: dict[str, Any] = {}
-    fake = types.ModuleType("ray")
-
-    def init(address: str | None = None, **kw: Any) -> None:
-        calls["address"] = address
-
-    class _Ref:
-        def __init__(self, value: Any) -> None:
-            self.value = value
-
-    def remote(fn: Callable[..., Any]) -> Any:
-        return types.SimpleNamespace(remote=lambda *a: _Ref(fn(*a)))
-
-    fake.init = init  # type: ignore[attr-defined]
-    fake.is_initialized = lambda: False  # type: ignore[attr-defined]
-    fake.remote = remote  # type: ignore[attr-defined]
-    fake.get = lambda ref: ref.value  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "ray", fake)
+def test_ray_runs_the_jobs_like_serial_does(ray_cluster: str) -> None:
+    """A real local Ray cluster: rows as the serial executor's, in the jobs' order, each handed
+    to ``on_row`` once as it finished; the jobs ran in Ray's worker processes (the driver's
+    per-process hash cache stayed empty)."""
+    serial = run_sweep(TASKS, executor="serial")
+    sweep_module._HASHES.clear()
     seen: list[str] = []
     rows = run_sweep(
         TASKS,
         executor="auto",
-        ray_address="ray://head:10001",
+        ray_address=ray_cluster,
         on_row=lambda job, r: seen.append(job.config.policy),
     )
-    assert calls["address"] == "ray://head:10001"
-    assert _key(rows) == _key(run_sweep(TASKS, executor="serial"))
-    assert seen == ["round_robin", "session"]
+    assert _key(rows) == _key(serial)
+    assert [r.policy for r in rows] == ["round_robin", "session"]
+    assert sorted(seen) == ["round_robin", "session"]
+    assert sweep_module._HASHES == {}
+
+
+def test_auto_without_an_address_does_not_use_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray being installed starts no cluster: ``auto`` needs an address (argument or
+    RAY_ADDRESS) to pick it."""
+
+    asked: list[str | None] = []
+
+    def on_ray(todo: list[SimJob], address: str | None, on_row: Any) -> list[Any]:
+        asked.append(address)
+        return [run_job(t) for t in todo]
+
+    monkeypatch.setattr(sweep_module, "_run_ray", on_ray)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert _key(run_sweep(TASKS)) == _key(run_sweep(TASKS, executor="serial"))
+    assert asked == []
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    run_sweep(TASKS)
+    assert asked == [None]
 
 
 def test_policy_options_reach_the_policy() -> None:

@@ -124,12 +124,18 @@ def register(subparsers: Any) -> None:
         "--executor",
         choices=["auto", "ray", "process", "serial"],
         default="auto",
-        help="how to run the sweep: auto = Ray if installed, else a process pool",
+        help="how to run the sweep: auto = Ray when --ray-address or RAY_ADDRESS names a "
+        "cluster, else a process pool",
     )
     p.add_argument(
         "--jobs", type=positive_int, default=None, help="worker processes (default: CPU count)"
     )
-    p.add_argument("--ray-address", default=None, help="address of an existing Ray cluster")
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="Ray cluster address (ray://host:10001, host:6379, or local for a private "
+        "one-machine cluster); default RAY_ADDRESS",
+    )
     p.set_defaults(func=run)
     sub = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
     c = sub.add_parser(

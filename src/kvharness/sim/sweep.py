@@ -6,14 +6,18 @@
 load the workload from its spec themselves (memoised per process), so nothing large crosses
 process boundaries.
 
-**Executors.** Ray when asked for or installed, else a local process pool, or one by one.
+**Executors.** Ray, a local process pool, or one by one. ``auto`` runs on Ray only when a
+cluster address is given (``ray_address`` or the ``RAY_ADDRESS`` environment variable; ``local``
+starts a private one-machine cluster), so having Ray installed never starts a cluster by itself;
+without an address it uses the process pool, or serial for one job or one CPU. On Ray each job is
+one task, and rows are handed to ``on_row`` as they finish (``ray.wait``), while the returned list
+keeps the jobs' order.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import os
 import time
 from collections.abc import Callable, Iterable, MutableMapping
@@ -111,10 +115,6 @@ def run_job(job: SimJob, workload: Workload | None = None) -> PolicyRow:
     )
 
 
-def _ray_available() -> bool:
-    return importlib.util.find_spec("ray") is not None
-
-
 def run_sweep(
     runs: Iterable[SimJob],
     *,
@@ -123,11 +123,14 @@ def run_sweep(
     ray_address: str | None = None,
     on_row: Callable[[SimJob, PolicyRow], None] | None = None,
 ) -> list[PolicyRow]:
-    """Run ``runs``; rows come back in their order. ``executor``: ``auto`` (Ray if installed or
-    ``ray_address`` is given, else ``jobs`` processes), ``ray``, ``process`` or ``serial``."""
+    """Run ``runs``; rows come back in their order, and ``on_row`` sees each as it finishes.
+    ``executor``: ``auto`` (Ray when ``ray_address`` or ``RAY_ADDRESS`` names a cluster, else
+    ``jobs`` processes, or serial), ``ray`` (``ray_address``, else ``RAY_ADDRESS``, else a new
+    local cluster; a Ray session already open in this process is used as it is), ``process`` or
+    ``serial``."""
     todo = list(runs)
     if executor == "auto":
-        executor = "ray" if (ray_address or _ray_available()) else "process"
+        executor = "ray" if (ray_address or os.environ.get("RAY_ADDRESS")) else "process"
         if executor == "process" and (len(todo) <= 1 or (jobs or os.cpu_count() or 1) <= 1):
             executor = "serial"
     rows: list[PolicyRow | None] = [None] * len(todo)
@@ -160,13 +163,17 @@ def _run_ray(
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     remote = ray.remote(run_job)
     refs = [remote.remote(t) for t in todo]
-    out: list[PolicyRow] = []
-    for t, ref in zip(todo, refs, strict=True):
-        row: PolicyRow = ray.get(ref)
-        if on_row:
-            on_row(t, row)
-        out.append(row)
-    return out
+    index = {ref: i for i, ref in enumerate(refs)}
+    rows: list[PolicyRow | None] = [None] * len(todo)
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        for ref in done:
+            i = index[ref]
+            rows[i] = ray.get(ref)
+            if on_row:
+                on_row(todo[i], rows[i])  # type: ignore[arg-type]
+    return [r for r in rows if r is not None]
 
 
 def job_dir(root: Path, cluster: str, load: float, policy: str) -> str:
