@@ -301,18 +301,24 @@ def run(args: argparse.Namespace) -> int:
             except ModelError as err:
                 raise UserError(str(err)) from None
             start = time.perf_counter()
-            fresh = await run_episodes(
-                tasks,
-                cfg.agent,
-                client,
-                config,
-                concurrency=cfg.concurrency,
-                repeats=cfg.repeats,
-                on_done=on_done,
-                skip={ep.episode for ep in previous},
-                origin=origin,
-                trajectories=out / TRAJECTORIES,
-            )
+            skip = {ep.episode for ep in previous}
+            if cfg.ray is not None:
+                fresh = await asyncio.to_thread(
+                    _run_on_ray, cfg, model, tasks, config, out, skip, origin, on_done
+                )
+            else:
+                fresh = await run_episodes(
+                    tasks,
+                    cfg.agent,
+                    client,
+                    config,
+                    concurrency=cfg.concurrency,
+                    repeats=cfg.repeats,
+                    on_done=on_done,
+                    skip=skip,
+                    origin=origin,
+                    trajectories=out / TRAJECTORIES,
+                )
             wall = time.perf_counter() - start
             episodes = _in_task_order(previous + fresh, tasks)
             ids = None
@@ -341,6 +347,43 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(episodes, wall, out)
     _write_harness(episodes, wall, out, cfg, model)
     return 0 if all(ep.error is None for ep in episodes) else 1
+
+
+def _run_on_ray(
+    cfg: Any,
+    model: str,
+    tasks: list[Any],
+    config: Any,
+    out: Path,
+    skip: set[str],
+    origin: float,
+    on_done: Any,
+) -> list[Any]:
+    """The episodes run on the Ray cluster ``cfg.ray`` (see :mod:`.ray_runner`), each written
+    by ``on_done`` as it finishes."""
+    from kvharness.env.harness import ray_runner as rr
+
+    try:
+        rr.connect(cfg.ray)
+    except ImportError:
+        raise UserError("--ray needs Ray: pip install 'kvharness[ray]'") from None
+    workers, per_worker = rr.workers_for(cfg.concurrency, rr.cluster_cpus())
+    spec = rr.ClientSpec(
+        cfg.backend,
+        model,
+        max_tokens=cfg.max_tokens,
+        temperature=cfg.temperature,
+        api_key=cfg.api_key,
+    )
+    with rr.RayRunner(
+        spec,
+        config,
+        workers=workers,
+        per_worker=per_worker,
+        origin=origin,
+        trajectories=out / TRAJECTORIES,
+    ) as runner:
+        return runner.run(tasks, cfg.agent, repeats=cfg.repeats, skip=skip, on_done=on_done)
 
 
 def _in_task_order(episodes: list[Any], tasks: list[Any]) -> list[Any]:

@@ -91,4 +91,14 @@ class RunConfig:
     unsafe_no_sandbox: bool = opt(
         False, help="run commands directly on the host when bubblewrap is missing (no isolation!)"
     )
+    ray: str | None = opt(
+        None,
+        help="run the episodes on the Ray cluster at ADDRESS (host:port, ray://host:10001, auto) "
+        "or on a new one-machine cluster (local): one episode actor per cluster CPU (at most "
+        "--concurrency), the --concurrency episodes in flight shared over them, results streamed "
+        "back as they finish; tasks and --out on the same paths on every node; needs the ray "
+        "extra (pip install 'kvharness[ray]')",
+        default_means="no Ray: every episode in this process",
+        metavar="ADDRESS",
+    )
     tasks_run: tuple[str, ...] = opt((), help="the ids of the tasks the run holds", cli=False)
