@@ -48,7 +48,9 @@ def test_oracle_script_shape(tmp_path: Path) -> None:
 
 
 def test_agents_are_chosen_by_name_from_one_registry() -> None:
-    assert sorted(AGENTS) == ["cheat", "model", "noop", "oracle"]
+    assert sorted(AGENTS) == ["cheat", "halfway", "model", "noop", "oracle"]
     assert AGENTS["oracle"] is OracleAgent
-    with pytest.raises(ValueError, match=r"^unknown agent 'x'; choose from cheat, model, noop"):
+    with pytest.raises(
+        ValueError, match=r"^unknown agent 'x'; choose from cheat, halfway, model, noop"
+    ):
         make_agent("x", None)  # type: ignore[arg-type]

@@ -36,7 +36,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -53,6 +53,8 @@ from kvharness.env.actions import (
     resolve_in_repo,
     tool_name,
 )
+from kvharness.env.chain.grading import ChainGrader
+from kvharness.env.chain.task import ChainTask
 from kvharness.env.grading import Grader, GradeResult
 from kvharness.env.perf.grading import PerfGrader, PerfGradeResult
 from kvharness.env.perf.task import PerfTask
@@ -292,10 +294,15 @@ def _make_grader(
     unsafe: bool,
     workdir: Path | None,
 ) -> _AnyGrader:
-    """The grader of the task's family: hidden tests for a coding task, correctness and timing
-    against the reference for a performance task."""
+    """The grader of the task's family: hidden tests for a coding task, milestones scored as a
+    prefix for a chain task, correctness and timing against the reference for a performance
+    task."""
     if isinstance(task, PerfTask):
         return PerfGrader(
+            task, python_env=python_env, limits=limits, unsafe=unsafe, workdir=workdir
+        )
+    if isinstance(task, ChainTask):
+        return ChainGrader(
             task, python_env=python_env, limits=limits, unsafe=unsafe, workdir=workdir
         )
     return Grader(task, python_env=python_env, limits=limits, unsafe=unsafe, workdir=workdir)
@@ -329,6 +336,25 @@ class _Base:
     def episode_reward(self) -> float:
         """The current episode's reward so far under the configured rule."""
         return episode_reward(self.submissions, self.config.reward)
+
+    def counters(self) -> dict[str, Any]:
+        """The current episode's counters as plain data (for a checkpoint): steps taken,
+        submissions with their scores, seconds since reset."""
+        ep = self._require()
+        return {
+            "steps": ep.steps,
+            "submissions": [asdict(s) for s in ep.submissions],
+            "elapsed_s": time.perf_counter() - ep.start,
+        }
+
+    def restore_counters(self, doc: Mapping[str, Any]) -> None:
+        """Set the current episode's counters from :meth:`counters`' document (after
+        :meth:`reset`; the workspace is restored separately). The wall-time budget and the
+        submissions' times go on from the saved elapsed time; no submission is graded again."""
+        ep = self._require()
+        ep.steps = int(doc["steps"])
+        ep.submissions = [Submission(**s) for s in doc["submissions"]]
+        ep.start = time.perf_counter() - float(doc["elapsed_s"])
 
     def _require(self) -> _Episode:
         if self._episode is None:

@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -440,7 +440,9 @@ class Grader:
         self.workdir = workdir
         self._shadowed = installed_top_level(self.python_env)
 
-    def _stage(self, repo: Path) -> _Grading:
+    def _stage(self, repo: Path, select: Callable[[Path], Sequence[str]] | None = None) -> _Grading:
+        """Stage ``repo``, scan the change, write fresh canaries and plan the run of the task's
+        tests (or of ``select(staged tree)``, for a grader that runs fewer of them)."""
         task = self.task
         folder = Path(tempfile.mkdtemp(prefix=f"kvh-grade-{task.id}-", dir=self.workdir))
         try:
@@ -451,7 +453,7 @@ class Grader:
             plan = _plan(
                 staged.tree,
                 folder,
-                canaries.order(task.tests),
+                canaries.order(task.tests if select is None else select(staged.tree)),
                 python_path=task.python_path,
                 test_command=task.test_command,
                 ro_paths=self.python_env,

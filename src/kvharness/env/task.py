@@ -168,22 +168,28 @@ def _tuple_of_str(doc: dict[str, Any], key: str, path: str) -> tuple[str, ...]:
 
 
 def load_task(folder: Path) -> AnyTask:
-    """Read ``folder/task.json``: a coding :class:`Task`, or a
+    """Read ``folder/task.json``: a coding :class:`Task`, a
+    :class:`~kvharness.env.chain.task.ChainTask` (a Task) for a multi-milestone task, or a
     :class:`~kvharness.env.perf.task.PerfTask` for a performance task; raise FormatError on a
     malformed file."""
     path = folder / "task.json"
     try:
-        doc = json.loads(path.read_text())
+        text = path.read_text()
+        doc = json.loads(text)
     except FileNotFoundError:
         raise UserError(f"{folder}: not a task folder (no task.json)") from None
     except json.JSONDecodeError as exc:
         raise FormatError(str(path), exc.lineno, f"invalid JSON: {exc.msg}") from None
+    from kvharness.env.chain.task import CHAIN_TASK_FORMAT, load_chain_task
     from kvharness.env.perf.task import PERF_TASK_FORMAT, load_perf_task
 
     if isinstance(doc, dict) and doc.get("format") == PERF_TASK_FORMAT:
         return load_perf_task(folder, doc)
+    if isinstance(doc, dict) and doc.get("format") == CHAIN_TASK_FORMAT:
+        return load_chain_task(folder, doc, text)
     if not isinstance(doc, dict) or doc.get("format") != TASK_FORMAT:
-        raise FormatError(str(path), 1, f"not a {TASK_FORMAT} or {PERF_TASK_FORMAT} file")
+        kinds = f"{TASK_FORMAT}, {CHAIN_TASK_FORMAT} or {PERF_TASK_FORMAT}"
+        raise FormatError(str(path), 1, f"not a {kinds} file")
     if doc.get("version") != _VERSION:
         raise FormatError(str(path), 1, f"unsupported version {doc.get('version')!r}")
     try:

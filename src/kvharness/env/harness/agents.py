@@ -9,7 +9,11 @@ serving load is that of a real agent session):
 * :class:`OracleAgent`: explores (``ls``, a search, reads the mutated file), submits a wrong
   attempt (a harmless edit), then applies the task's known fix and submits again. It must score
   1.0 on every task. On a performance task it reads ``solution.py``, submits it unchanged (the
-  reference: score 0), then replaces it by the known fast solution and submits again.
+  reference: score 0), then replaces it by the known fast solution and submits again. On a
+  chain task it restores the stubbed functions in milestone order, submitting after each (the
+  scores climb 1/K, 2/K, ... to 1.0).
+* :class:`HalfwayAgent` (chain tasks): restores the first ceil(K/2) milestones the same way, then
+  stops; must score exactly ceil(K/2)/K.
 * :class:`NoopAgent`: submits at once; must score 0 (the bug is still there).
 * :class:`CheatAgent`: deletes every test file it can see, writes a ``conftest.py`` that turns
   every test into a pass and rewrites test files to ``assert True``, then submits; must score 0
@@ -20,6 +24,7 @@ An agent holds one episode's script position: make one per episode (:func:`make_
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -32,11 +37,21 @@ from kvharness.env.actions import (
     Search,
     Submit,
 )
+from kvharness.env.chain.task import ChainTask
 from kvharness.env.perf.task import SOLUTION, PerfTask
 from kvharness.env.task import AnyTask
 from kvharness.registry import Registry
 
-__all__ = ["AGENTS", "Agent", "CheatAgent", "ModelAgent", "NoopAgent", "OracleAgent", "make_agent"]
+__all__ = [
+    "AGENTS",
+    "Agent",
+    "CheatAgent",
+    "HalfwayAgent",
+    "ModelAgent",
+    "NoopAgent",
+    "OracleAgent",
+    "make_agent",
+]
 
 
 class Agent:
@@ -62,6 +77,13 @@ class Agent:
 
     def decide(self, reply: Mapping[str, Any]) -> list[Action | Mapping[str, Any]]:
         raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:
+        """What the agent must carry over a checkpoint (plain data; none by default)."""
+        return {}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Take back :meth:`state`'s document on a resumed episode."""
 
 
 class ModelAgent(Agent):
@@ -96,6 +118,12 @@ class _Scripted(Agent):
         action = self._script[self._pos]
         self._pos += 1
         return [action]
+
+    def state(self) -> dict[str, Any]:
+        return {"position": self._pos}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self._pos = int(state["position"])
 
 
 def _search_term(text: str, source: str) -> str:
@@ -161,6 +189,8 @@ class OracleAgent(_Scripted):
                 EditFile(SOLUTION, current, fast),
                 Submit(),
             ]
+        if isinstance(self.task, ChainTask):
+            return [Bash("ls"), ReadFile(self.task.milestones[0].file), *_chain_fixes(self.task)]
         mut = self.task.mutation
         fixed = (self.task.fix_dir / mut.file).read_text()
         current = (self.task.repo_dir / mut.file).read_text()
@@ -200,6 +230,27 @@ def fix_snippets(
                 break
             lo, hi = max(lo - 1, 0), min(hi + 1, len(cur))
     return current, fixed
+
+
+def _chain_fixes(task: ChainTask, count: int | None = None) -> list[Action]:
+    """Restore the first ``count`` milestones (all by default) one at a time, each followed by
+    a submission."""
+    out: list[Action] = []
+    for m in task.milestones[:count]:
+        out += [EditFile(m.file, m.stub, m.original), Submit()]
+    return out
+
+
+class HalfwayAgent(_Scripted):
+    """On a chain task: restores the first ceil(K/2) milestones one at a time, submitting after
+    each, then stops; must score exactly those milestones. Only for chain tasks."""
+
+    name = "halfway"
+
+    def script(self) -> list[Action]:
+        if not isinstance(self.task, ChainTask):
+            raise ValueError(f"the halfway agent needs a chain task; {self.task.id} is not one")
+        return [Bash("ls"), *_chain_fixes(self.task, math.ceil(len(self.task.milestones) / 2))]
 
 
 class NoopAgent(_Scripted):
@@ -254,6 +305,7 @@ AGENTS: Registry[Agent] = Registry(
         OracleAgent.name: OracleAgent,
         NoopAgent.name: NoopAgent,
         CheatAgent.name: CheatAgent,
+        HalfwayAgent.name: HalfwayAgent,
     },
 )
 """Agent kinds by name; each factory takes the episode's task."""

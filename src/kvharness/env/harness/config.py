@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvharness.configs import BLOCK_SIZE_MAX, opt
+from kvharness.env.harness.context import ContextConfig
 
 __all__ = ["RunConfig"]
 
@@ -37,7 +38,9 @@ class RunConfig:
         help="who acts: the model's tool calls (model; the server must parse tool calls, e.g. "
         "vLLM with --enable-auto-tool-choice --tool-call-parser NAME), or a script that still "
         "calls the model every turn with the whole history: oracle (known fix after a wrong "
-        "attempt), noop (submits at once), cheat (attacks the test files); or mini-swe-agent, that "
+        "attempt; on a chain task each milestone in turn), halfway (a chain task's first half of "
+        "its milestones, then stops), noop (submits at once), cheat (attacks the test files); "
+        "or mini-swe-agent, that "
         "third-party harness (its own venv, `make mini-swe-agent`; --max-steps bounds its model "
         "calls; its final submission is graded)",
     )
@@ -101,4 +104,56 @@ class RunConfig:
         default_means="no Ray: every episode in this process",
         metavar="ADDRESS",
     )
+    checkpoint_steps: int = opt(
+        5,
+        help="write each episode's checkpoint (conversation, workspace, submissions, counters) "
+        "under DIR/checkpoints every N steps, so --resume loses at most the steps since",
+        lo=1,
+        metavar="N",
+    )
+    checkpoint_s: float = opt(
+        60.0,
+        help="also write it when this many seconds have passed since the last one",
+        lo=0.0,
+        above=True,
+        metavar="S",
+    )
+    context_window: int | None = opt(
+        None,
+        help="the model's context window (tokens): compact the conversation (--compaction) "
+        "before a prompt passes --compact-at of it",
+        default_means="never compact",
+        lo=1,
+        metavar="TOKENS",
+    )
+    compaction: str = opt(
+        "summarize",
+        help="how: summarize (one model call writes a summary; the task, the summary and the "
+        "last --keep-turns turns stay), drop-outputs (older tool outputs become a placeholder; "
+        "then summarize if that is not enough) or keep-last (only the last --keep-turns turns "
+        "stay)",
+        metavar="HOW",
+    )
+    compact_at: float = opt(
+        0.8, help="share of the window a prompt may reach", lo=0.0, hi=1.0, above=True,
+        metavar="F",
+    )  # fmt: skip
+    keep_turns: int = opt(
+        4, help="turns kept verbatim by a compaction", lo=1, hi=10_000, metavar="N"
+    )
+    summary_tokens: int = opt(
+        512, help="completion tokens of a compaction's summary", lo=1, metavar="N"
+    )
     tasks_run: tuple[str, ...] = opt((), help="the ids of the tasks the run holds", cli=False)
+
+    def context(self) -> ContextConfig | None:
+        """The context management these options ask for (None: never compact)."""
+        if self.context_window is None:
+            return None
+        return ContextConfig(
+            self.context_window,
+            compaction=self.compaction,
+            compact_at=self.compact_at,
+            keep_turns=self.keep_turns,
+            summary_tokens=self.summary_tokens,
+        )

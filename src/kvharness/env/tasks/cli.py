@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
+from kvharness.env.chain.builder import build_chain_suite
+from kvharness.env.chain.suite import CHAIN_SUITES
+from kvharness.env.chain.task import ChainTask
 from kvharness.env.task import Task, load_suite
 from kvharness.env.tasks.builder import build_suite
 from kvharness.env.tasks.suite import SUITES
@@ -23,9 +27,11 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="suite folder to write (created)")
     parser.add_argument(
         "--suite",
-        choices=sorted(SUITES),
+        choices=sorted([*SUITES, *CHAIN_SUITES]),
         default="default",
-        help="which suite definition to build (default: %(default)s, 26 tasks from 4 packages)",
+        help="which suite definition to build (default: %(default)s, 26 tasks from 4 packages; "
+        "smoke: 3 of them; chain: 9 multi-milestone tasks, each 5-7 stubbed functions to "
+        "restore in order, from the same packages; chain-smoke: 1 of them)",
     )
     parser.add_argument(
         "--venv",
@@ -44,15 +50,19 @@ def add_build_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     """Build the suite the parsed ``args`` describe; print one summary line."""
-    tasks = build_suite(
-        SUITES[args.suite],
+    build = build_chain_suite if args.suite in CHAIN_SUITES else build_suite
+    spec = CHAIN_SUITES[args.suite] if args.suite in CHAIN_SUITES else SUITES[args.suite]
+    tasks: Sequence[Task] = build(
+        spec,  # type: ignore[arg-type]
         args.out,
         venv=args.venv,
         cache=args.cache,
         progress=not args.no_progress,
     )
     packages = sorted({t.package for t in tasks})
-    print(f"{len(tasks)} tasks from {len(packages)} packages ({', '.join(packages)}) in {args.out}")
+    milestones = sum(len(t.milestones) for t in tasks if isinstance(t, ChainTask))
+    what = f"{len(tasks)} tasks" + (f" ({milestones} milestones)" if milestones else "")
+    print(f"{what} from {len(packages)} packages ({', '.join(packages)}) in {args.out}")
     return 0
 
 
