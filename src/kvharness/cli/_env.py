@@ -8,10 +8,15 @@ trajectories, rewards, submissions, timings; appended as episodes finish) and ``
 ``.venv-mini-swe-agent``: ``make mini-swe-agent``) and leaves its own trajectory files in
 ``DIR/trajectories/<task>/<k>.traj.json``.
 
-``kvharness env run --resume DIR``: continue an interrupted run with the options in
-``DIR/config.json`` (``--backend`` may point it elsewhere): the episodes already in
-``DIR/rollouts.jsonl`` are kept (a torn last line is cut off), the others are run and appended,
-and ``DIR/workload.jsonl`` is written for them all.
+While it runs, each unfinished episode keeps a checkpoint in ``DIR/checkpoints/<task>/<k>``
+(:mod:`kvharness.env.harness.checkpoint`), written every ``--checkpoint-steps`` steps or
+``--checkpoint-s`` seconds and removed once the episode is recorded.
+
+``kvharness env run --resume DIR``: continue an interrupted run (the runner killed, the machine
+rebooted, the engine restarted under it) with the options in ``DIR/config.json`` (``--backend``
+may point it elsewhere): the episodes already in ``DIR/rollouts.jsonl`` are kept (a torn last
+line is cut off) but those a model failure ended, the others are run and appended, each from its
+checkpoint when it has one, and ``DIR/workload.jsonl`` is written for them all.
 """
 
 from __future__ import annotations
@@ -148,9 +153,17 @@ def _register_run(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from kvharness.env.harness.context import COMPACTIONS
     from kvharness.env.harness.episode import MINI_SWE_AGENT
 
-    add_options(p, RunConfig, overrides={"agent": {"choices": sorted([*AGENTS, MINI_SWE_AGENT])}})
+    add_options(
+        p,
+        RunConfig,
+        overrides={
+            "agent": {"choices": sorted([*AGENTS, MINI_SWE_AGENT])},
+            "compaction": {"choices": COMPACTIONS},
+        },
+    )
     p.add_argument(
         "--out",
         type=Path,
@@ -162,7 +175,8 @@ def _register_run(sub: Any) -> None:
         default=None,
         metavar="DIR",
         help="continue the run in DIR with its own options (config.json): keep its recorded "
-        "episodes, run the others",
+        "episodes, run the others, each from its last checkpoint when it has one (an episode "
+        "a model failure ended is run again from its checkpoint)",
     )
     p.set_defaults(func=run)
 
@@ -187,6 +201,8 @@ def _load_tasks(cfg: Any) -> list[Any]:
 
 
 ROLLOUTS = "rollouts.jsonl"
+CHECKPOINTS = "checkpoints"
+"""Where a run keeps its unfinished episodes' checkpoints: ``<task>/<k>/checkpoint.tar``."""
 TRAJECTORIES = "trajectories"
 """Where ``--agent mini-swe-agent`` leaves its own trajectory files: ``<task>/<k>.traj.json``."""
 
@@ -238,9 +254,10 @@ def _check_new(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from kvharness.env.api import EnvConfig
+    from kvharness.env.harness.checkpoint import CheckpointPlan
     from kvharness.env.harness.client import ChatClient, ModelError
     from kvharness.env.harness.episode import MINI_SWE_AGENT, EpisodeResult
-    from kvharness.env.harness.loop import run_episodes
+    from kvharness.env.harness.loop import keeps_checkpoint, run_episodes
     from kvharness.env.harness.mini_swe_agent import mini_python
     from kvharness.env.harness.record import read_rollouts, rollout_line, to_workload
     from kvharness.env.reward import parse_rule
@@ -281,8 +298,16 @@ def run(args: argparse.Namespace) -> int:
             )
 
     rollouts = open_append(out / ROLLOUTS)
-    previous = read_rollouts(out / ROLLOUTS) if args.resume is not None else []
-    origin = max((c.call.done for ep in previous for c in ep.calls), default=0.0)
+    recorded = read_rollouts(out / ROLLOUTS) if args.resume is not None else []
+    origin = max((c.call.done for ep in recorded for c in ep.calls), default=0.0)
+    previous = [ep for ep in recorded if not keeps_checkpoint(ep)]
+    plan = CheckpointPlan(out / CHECKPOINTS, cfg.checkpoint_steps, cfg.checkpoint_s)
+    for ep in previous:  # recorded, but its checkpoint outlived it (killed in between)
+        plan.for_episode(ep.episode).clear()
+    try:
+        context = cfg.context()
+    except ValueError as err:
+        raise UserError(str(err)) from None
 
     def on_done(ep: EpisodeResult) -> None:
         rollouts.write(rollout_line(ep).encode() + b"\n")
@@ -304,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
             skip = {ep.episode for ep in previous}
             if cfg.ray is not None:
                 fresh = await asyncio.to_thread(
-                    _run_on_ray, cfg, model, tasks, config, out, skip, origin, on_done
+                    _run_on_ray, cfg, model, tasks, config, out, skip, origin, on_done, plan
                 )
             else:
                 fresh = await run_episodes(
@@ -318,6 +343,8 @@ def run(args: argparse.Namespace) -> int:
                     skip=skip,
                     origin=origin,
                     trajectories=out / TRAJECTORIES,
+                    context=context,
+                    checkpoints=plan,
                 )
             wall = time.perf_counter() - start
             episodes = _in_task_order(previous + fresh, tasks)
@@ -332,6 +359,7 @@ def run(args: argparse.Namespace) -> int:
         episodes, wall, prompt_ids, model = asyncio.run(go())
     finally:
         rollouts.close()
+        plan.prune()
     if tokenizer is None and prompt_ids is None:
         print("the backend has no /tokenize: prompts tokenised approximately", file=sys.stderr)
         tokenizer = load_tokenizer(None)
@@ -358,9 +386,10 @@ def _run_on_ray(
     skip: set[str],
     origin: float,
     on_done: Any,
+    plan: Any,
 ) -> list[Any]:
     """The episodes run on the Ray cluster ``cfg.ray`` (see :mod:`.ray_runner`), each written
-    by ``on_done`` as it finishes."""
+    by ``on_done`` as it finishes, checkpointed as ``plan`` says."""
     from kvharness.env.harness import ray_runner as rr
 
     try:
@@ -382,6 +411,8 @@ def _run_on_ray(
         per_worker=per_worker,
         origin=origin,
         trajectories=out / TRAJECTORIES,
+        checkpoints=plan,
+        context=cfg.context(),
     ) as runner:
         return runner.run(tasks, cfg.agent, repeats=cfg.repeats, skip=skip, on_done=on_done)
 

@@ -25,7 +25,13 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DEFAULT_DIR", "TinyLlamaSpec", "ensure_tiny_model", "write_tiny_model"]
+__all__ = [
+    "DEFAULT_DIR",
+    "TinyLlamaSpec",
+    "ensure_tiny_model",
+    "write_lora_adapter",
+    "write_tiny_model",
+]
 
 DEFAULT_DIR = Path(".cache") / "tiny-llama"
 """Default model directory, relative to the working directory (the repository root in tests)."""
@@ -188,6 +194,33 @@ def write_tiny_model(out: Path, spec: TinyLlamaSpec = TinyLlamaSpec()) -> Path:
     (out / "generation_config.json").write_text(json.dumps({"do_sample": False}) + "\n")
     _write_safetensors(out / "model.safetensors", _tensors(spec))
     _write_tokenizer(out, spec)
+    return out
+
+
+def write_lora_adapter(
+    out: Path, version: int, spec: TinyLlamaSpec = TinyLlamaSpec(), rank: int = 8
+) -> Path:
+    """Write a LoRA adapter of the tiny model into ``out`` (created): PEFT's layout
+    (``adapter_config.json``, ``adapter_model.safetensors``), rank ``rank`` on every layer's
+    ``q_proj`` and ``v_proj``, weights drawn from ``version`` (a new policy version as a trainer
+    would push it: vLLM loads it at run time with ``POST /v1/load_lora_adapter``)."""
+    rng = np.random.default_rng([spec.seed, version])
+    h, d = spec.hidden_size, spec.head_dim
+    sizes = {"q_proj": spec.num_attention_heads * d, "v_proj": spec.num_key_value_heads * d}
+    tensors: dict[str, npt.NDArray[np.float32]] = {}
+    for layer in range(spec.num_hidden_layers):
+        for name, rows in sizes.items():
+            p = f"base_model.model.model.layers.{layer}.self_attn.{name}."
+            tensors[p + "lora_A.weight"] = rng.normal(0, 0.02, (rank, h)).astype(np.float32)
+            tensors[p + "lora_B.weight"] = rng.normal(0, 0.02, (rows, rank)).astype(np.float32)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 2 * rank,
+        "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False,
+        "target_modules": sorted(sizes), "base_model_name_or_path": SERVED_NAME,
+    }  # fmt: skip
+    (out / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    _write_safetensors(out / "adapter_model.safetensors", tensors)
     return out
 
 

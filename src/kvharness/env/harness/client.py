@@ -135,13 +135,15 @@ class ChatClient:
         *,
         tool_choice: str = "auto",
         t0: float = 0.0,
+        max_tokens: int | None = None,
     ) -> ModelReply:
-        """One streamed chat completion. ``t0``: the caller's origin on ``time.perf_counter``.
-        Raises :class:`ModelError` on any failure."""
+        """One streamed chat completion. ``t0``: the caller's origin on ``time.perf_counter``;
+        ``max_tokens``: this call's completion budget (default: the client's). Raises
+        :class:`ModelError` on any failure."""
         body: dict[str, Any] = {
             "model": await self.resolve_model(),
             "messages": list(messages),
-            "max_tokens": self.max_tokens,
+            "max_tokens": self.max_tokens if max_tokens is None else max_tokens,
             "temperature": self.temperature,
             "stream": True,
             "stream_options": {"include_usage": True},

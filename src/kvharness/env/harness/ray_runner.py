@@ -15,9 +15,10 @@ clocks) share one timeline.
 
 **A worker that dies** (``ray.kill``, its process killed, its node lost) fails every episode it
 held; the driver hands each one to a live worker (a new one when none is left), which resumes it
-from the episode's checkpoint folder, ``<checkpoints>/<task id>/<k>``: the episode writes its
-state there as it goes and picks it up when it finds one (:func:`.loop.run_episode`'s
-``checkpoint``). :attr:`RayRunner.resubmitted` lists the episodes handed over, in order.
+from the episode's checkpoint (``checkpoints``, a :class:`~.checkpoint.CheckpointPlan`: the
+episode writes its state there as it goes and picks it up when it finds one), losing at most the
+steps since. :attr:`RayRunner.resubmitted` lists the episodes handed over, in order. The driver
+removes an episode's checkpoint once ``on_done`` has recorded it.
 
 **Policy version** (partial rollouts). A named actor (:class:`PolicyVersion`, named
 ``policy_name`` in the ``kvharness`` namespace, so a trainer on the cluster finds it with
@@ -45,7 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from kvharness.env.api import EnvConfig
+from kvharness.env.harness.checkpoint import CheckpointPlan
+from kvharness.env.harness.context import ContextConfig
 from kvharness.env.harness.episode import MINI_SWE_AGENT, EpisodeResult
+from kvharness.env.harness.loop import keeps_checkpoint
 from kvharness.env.task import AnyTask
 
 __all__ = [
@@ -57,6 +61,7 @@ __all__ = [
     "cluster_cpus",
     "connect",
     "policy_version_actor",
+    "staleness",
     "workers_for",
 ]
 
@@ -133,12 +138,16 @@ class EpisodeWorker:
         *,
         policy: str | None = None,
         model_template: str | None = None,
+        checkpoints: CheckpointPlan | None = None,
+        context: ContextConfig | None = None,
     ) -> None:
         from kvharness.env.harness.client import ChatClient
 
         self._spec = client
         self._config = config
         self._origin = origin
+        self._checkpoints = checkpoints
+        self._context = context
         self._client = ChatClient(
             client.backend,
             client.model,
@@ -159,14 +168,9 @@ class EpisodeWorker:
         return os.getpid()
 
     async def run(
-        self,
-        task: AnyTask,
-        agent_name: str,
-        episode: str,
-        checkpoint: str | None = None,
-        trajectories: str | None = None,
+        self, task: AnyTask, agent_name: str, episode: str, trajectories: str | None = None
     ) -> EpisodeResult:
-        """One episode; ``checkpoint``: its checkpoint folder (resumed from when it holds one)."""
+        """One episode, resumed from its checkpoint when it has one."""
         from kvharness.env.harness.loop import run_episode
         from kvharness.env.harness.mini_swe_agent import run_mini_episode
 
@@ -176,14 +180,13 @@ class EpisodeWorker:
                 task, self._client, self._config, episode=episode, t0=t0,
                 trajectories=None if trajectories is None else Path(trajectories),
             )  # fmt: skip
-        hooks: dict[str, Any] = {}
-        if checkpoint is not None:
-            hooks["checkpoint"] = Path(checkpoint)
-        if self._policy_name is not None:
-            hooks["policy_version"] = self._current_version
+        plan = self._checkpoints
         return await run_episode(
-            task, agent_name, self._client, self._config, episode=episode, t0=t0, **hooks
-        )
+            task, agent_name, self._client, self._config, episode=episode, t0=t0,
+            context=self._context,
+            checkpoint=None if plan is None else plan.for_episode(episode),
+            policy_version=None if self._policy_name is None else self._current_version,
+        )  # fmt: skip
 
     async def _current_version(self) -> int:
         """The version to make the next call under, once the server serves it."""
@@ -238,7 +241,8 @@ class RayRunner:
         per_worker: int = 4,
         address: str | None = None,
         cpus_per_worker: float = 1.0,
-        checkpoints: Path | None = None,
+        checkpoints: CheckpointPlan | None = None,
+        context: ContextConfig | None = None,
         policy_name: str | None = None,
         model_template: str | None = None,
         origin: float = 0.0,
@@ -257,10 +261,16 @@ class RayRunner:
             num_cpus=cpus_per_worker, max_concurrency=per_worker, scheduling_strategy="SPREAD"
         )(EpisodeWorker)
         self._worker_args = (client, config, self.origin)
-        self._worker_kw = {"policy": policy_name, "model_template": model_template}
+        self._worker_kw = {
+            "policy": policy_name,
+            "model_template": model_template,
+            "checkpoints": checkpoints,
+            "context": context,
+        }
         self.slots = [_Slot(self._new_worker()) for _ in range(workers)]
         self.resubmitted: list[str] = []
         """Episodes handed to another worker after theirs died, in order."""
+        self._held: dict[Any, tuple[AnyTask, str, _Slot]] = {}
 
     def _new_worker(self) -> Any:
         return self._remote.remote(*self._worker_args, **self._worker_kw)
@@ -282,9 +292,13 @@ class RayRunner:
             raise ValueError("this runner has no policy version (give policy_name)")
         _ray().get(self.policy.set_version.remote(version))
 
-    def checkpoint_dir(self, episode: str) -> Path | None:
-        """Where ``episode`` keeps its checkpoint (None: no checkpoints)."""
-        return None if self.checkpoints is None else self.checkpoints / episode
+    def running(self) -> dict[str, tuple[int, Any]]:
+        """The episodes handed out and not yet back, each as (its worker's index in
+        :attr:`slots`, the object ref of its result); read it from the driver's thread, e.g. in
+        ``on_done``. (A worker runs at most ``per_worker`` calls at once, its episodes' included:
+        ask a busy worker nothing, ``pid`` included, that must come back before they do.)"""
+        index = {id(slot): i for i, slot in enumerate(self.slots)}
+        return {episode: (index[id(slot)], ref) for ref, (_, episode, slot) in self._held.items()}
 
     def run(
         self,
@@ -309,7 +323,7 @@ class RayRunner:
             if f"{task.id}/{k}" not in skip
         )
         order = {ep: i for i, (_, ep) in enumerate(todo)}
-        held: dict[Any, tuple[AnyTask, str, _Slot]] = {}
+        held = self._held
         done: list[EpisodeResult] = []
         while todo or held:
             self._hand_out(todo, held, agent_name)
@@ -329,6 +343,8 @@ class RayRunner:
                 done.append(result)
                 if on_done is not None:
                     on_done(result)
+                if self.checkpoints is not None and not keeps_checkpoint(result):
+                    self.checkpoints.for_episode(episode).clear()
         return sorted(done, key=lambda ep: order[ep.episode])
 
     def _hand_out(
@@ -343,11 +359,8 @@ class RayRunner:
                 return
             slot = min(live, key=lambda s: len(s.running))
             task, episode = todo.popleft()
-            ckpt = self.checkpoint_dir(episode)
             traj = None if self.trajectories is None else str(self.trajectories)
-            ref = slot.actor.run.remote(
-                task, agent_name, episode, None if ckpt is None else str(ckpt), traj
-            )
+            ref = slot.actor.run.remote(task, agent_name, episode, traj)
             slot.running.add(ref)
             held[ref] = (task, episode, slot)
 
@@ -362,6 +375,18 @@ class RayRunner:
         if self.policy is not None:
             ray.kill(self.policy)
             self.policy = None
+
+
+def staleness(episodes: Sequence[EpisodeResult], latest: int | None = None) -> list[int]:
+    """How many versions behind ``latest`` each model call that carries a policy version was
+    made (``latest`` default: the newest version among the calls), in episode and call order:
+    what a trainer weighs or drops stale steps by."""
+    versions = [c.policy_version for ep in episodes for c in ep.calls]
+    known = [v for v in versions if v is not None]
+    if not known:
+        return []
+    top = max(known) if latest is None else latest
+    return [top - v for v in known]
 
 
 def workers_for(concurrency: int, cluster_cpus: float) -> tuple[int, int]:

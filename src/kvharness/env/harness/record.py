@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from kvharness.env.harness.client import ModelCall
-from kvharness.env.harness.episode import CallRecord, EpisodeResult, ToolRun
+from kvharness.env.harness.episode import CallRecord, Compaction, EpisodeResult, Resume, ToolRun
 from kvharness.env.reward import Submission
 from kvharness.errors import FormatError
 from kvharness.workload.chain import ChainBuilder
@@ -38,6 +38,7 @@ __all__ = [
     "episode_from_line",
     "episode_session",
     "read_rollouts",
+    "rollout_doc",
     "rollout_line",
     "to_workload",
     "write_rollouts",
@@ -45,13 +46,20 @@ __all__ = [
 
 
 def call_prompts(ep: EpisodeResult) -> list[list[dict[str, Any]]]:
-    """The whole conversation sent at each of the episode's model calls."""
+    """The whole conversation sent at each of the episode's model calls (a call's ``keep``
+    cuts the previous prompt before its messages are appended)."""
     out: list[list[dict[str, Any]]] = []
     sofar: list[dict[str, Any]] = []
     for rec in ep.calls:
-        sofar = sofar + list(rec.appended)
+        kept = sofar if rec.keep is None else sofar[: rec.keep]
+        sofar = kept + list(rec.appended)
         out.append(sofar)
     return out
+
+
+def _append_only(ep: EpisodeResult) -> bool:
+    """True when every call's prompt extends the previous one (no compaction cut it)."""
+    return all(rec.keep is None for rec in ep.calls[1:])
 
 
 def episode_session(
@@ -62,30 +70,41 @@ def episode_session(
 ) -> Session | None:
     """The episode as a session (None when it made no model call). With ``prompt_ids`` (the
     server's own token ids of each call's prompt, see :meth:`ChatClient.tokenize`) the chains are
-    exactly what the engine saw; otherwise ``tokenizer`` tokenises the messages one by one."""
+    exactly what the engine saw; otherwise ``tokenizer`` tokenises the messages one by one. An
+    episode whose context was compacted has prompts that do not extend each other: its turns
+    carry their chains only, no messages (a replay sends the chains' tokens), and a compaction's
+    summary call is a turn whose ``tool`` is ``summarize``."""
     if not ep.calls:
         return None
     if prompt_ids is not None and len(prompt_ids) != len(ep.calls):
         raise ValueError(f"{ep.episode}: {len(prompt_ids)} prompts for {len(ep.calls)} calls")
     if prompt_ids is None and tokenizer is None:
         raise ValueError("give a tokenizer or the prompts' token ids")
+    append_only = _append_only(ep)
     builder = ChainBuilder(block_size)
     turns = []
+    tokens: list[list[int]] = []  # of each message of the previous prompt
     for i, rec in enumerate(ep.calls):
         if prompt_ids is not None:
             builder = ChainBuilder(block_size)
             builder.extend_tokens(prompt_ids[i])
         else:
             assert tokenizer is not None
+            if rec.keep is not None and i:
+                tokens = tokens[: rec.keep]
+                builder = ChainBuilder(block_size)
+                for kept in tokens:
+                    builder.extend_tokens(kept)
             for message in rec.appended:
-                builder.extend_tokens(message_tokens(tokenizer, message))
+                tokens.append(message_tokens(tokenizer, message))
+                builder.extend_tokens(tokens[-1])
         turns.append(
             Turn(
                 input=builder.chain(),
                 output_tokens=rec.call.completion_tokens,
                 gap=rec.gap if i else 0.0,
-                tool=",".join(dict.fromkeys(rec.tools)) or None,
-                messages=rec.appended,
+                tool=rec.purpose or ",".join(dict.fromkeys(rec.tools)) or None,
+                messages=rec.appended if append_only else None,
             )
         )
     return Session(
@@ -126,6 +145,11 @@ def _jsonable(value: Any) -> Any:
 
 def rollout_line(ep: EpisodeResult) -> str:
     """One episode as a JSON line (no trailing newline)."""
+    return json.dumps(rollout_doc(ep), sort_keys=False)
+
+
+def rollout_doc(ep: EpisodeResult) -> dict[str, Any]:
+    """One episode as the JSON object of its rollout line (:func:`episode_from_line` reads it)."""
     doc = {
         "episode": ep.episode,
         "task": ep.task_id,
@@ -136,14 +160,24 @@ def rollout_line(ep: EpisodeResult) -> str:
         "truncated": ep.truncated,
         "steps": ep.steps,
         "error": ep.error,
-        "calls": [
-            {**asdict(c.call), "gap": c.gap, "tools": list(c.tools), "appended": len(c.appended)}
-            for c in ep.calls
-        ],
+        "calls": [_call_doc(c) for c in ep.calls],
         "tool_runs": [asdict(t) for t in ep.tool_runs],
         "messages": _jsonable(ep.messages),
     }
-    return json.dumps(doc, sort_keys=False)
+    if ep.compactions:
+        doc["compactions"] = [asdict(c) for c in ep.compactions]
+    if ep.resumes:
+        doc["resumes"] = [asdict(r) for r in ep.resumes]
+    return doc
+
+
+def _call_doc(c: CallRecord) -> dict[str, Any]:
+    doc = {**asdict(c.call), "gap": c.gap, "tools": list(c.tools), "appended": len(c.appended)}
+    for key in ("keep", "policy_version", "purpose"):
+        value = getattr(c, key)
+        if value is not None:
+            doc[key] = value
+    return doc
 
 
 def write_rollouts(episodes: Iterable[EpisodeResult], path: Path) -> None:
@@ -162,8 +196,11 @@ def episode_from_line(doc: Mapping[str, Any]) -> EpisodeResult:
     for c in doc["calls"]:
         fields = dict(c)
         n, gap, tools = fields.pop("appended"), fields.pop("gap"), fields.pop("tools")
+        extra = {k: fields.pop(k) for k in ("keep", "policy_version", "purpose") if k in fields}
         calls.append(
-            CallRecord(ModelCall(**fields), tuple(messages[pos : pos + n]), gap, tuple(tools))
+            CallRecord(
+                ModelCall(**fields), tuple(messages[pos : pos + n]), gap, tuple(tools), **extra
+            )
         )
         pos += n
     if pos > len(messages):
@@ -174,19 +211,29 @@ def episode_from_line(doc: Mapping[str, Any]) -> EpisodeResult:
         terminated=bool(doc["terminated"]), truncated=bool(doc["truncated"]),
         steps=int(doc["steps"]), messages=messages, calls=calls,
         tool_runs=[ToolRun(**t) for t in doc["tool_runs"]], error=doc["error"],
+        compactions=[Compaction(**c) for c in doc.get("compactions", ())],
+        resumes=[Resume(**r) for r in doc.get("resumes", ())],
     )  # fmt: skip
 
 
 def read_rollouts(path: Path) -> list[EpisodeResult]:
-    """The episodes of a rollouts file; a torn final line (no newline: an interrupted write) is
-    ignored, any other bad line raises :class:`FormatError` with its line number."""
-    out = []
+    """The episodes of a rollouts file, each once: a later line of an episode replaces the
+    earlier one in its place (``env run --resume`` appends the retry of an episode a model
+    failure ended). A torn final line (no newline: an interrupted write) is ignored, any other
+    bad line raises :class:`FormatError` with its line number."""
+    out: list[EpisodeResult] = []
+    where: dict[str, int] = {}
     with path.open("rb") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
-                out.append(episode_from_line(msgspec.json.decode(line)))
+                ep = episode_from_line(msgspec.json.decode(line))
+                if ep.episode in where:
+                    out[where[ep.episode]] = ep
+                else:
+                    where[ep.episode] = len(out)
+                    out.append(ep)
             except msgspec.DecodeError as err:
                 if not line.endswith(b"\n"):
                     break
