@@ -4,11 +4,14 @@ nothing."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from kvharness.env.web.apps import FAMILIES, suite
 from kvharness.env.web.env import WebConfig
-from kvharness.env.web.play import play
+from kvharness.env.web.play import WebEpisode, play
+from kvharness.env.web.task import WebTask
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +47,13 @@ async def test_oracle_noop_and_halfway(name: str) -> None:
 
 
 async def test_random_clicking_earns_next_to_nothing() -> None:
-    episodes = [await play(t, "random", WebConfig(max_steps=25)) for t in suite((0,))]
+    gate = asyncio.Semaphore(3)  # browsers at once: the steps wait on the page as much as the CPU
+
+    async def one(task: WebTask) -> WebEpisode:
+        async with gate:
+            return await play(task, "random", WebConfig(max_steps=25))
+
+    episodes = await asyncio.gather(*(one(t) for t in suite((0,))))
     mean = sum(ep.reward for ep in episodes) / len(episodes)
     assert mean < 0.1, [(ep.task, ep.reward) for ep in episodes if ep.reward]
     assert all(len(ep.steps) == 25 and ep.truncated for ep in episodes)

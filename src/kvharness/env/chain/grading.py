@@ -9,7 +9,7 @@ are the base grader's, unchanged. What differs:
   passes after a failing one counts for nothing, so under the ``best`` reward rule a milestone
   pays when first reached on top of all earlier ones, and a submission that passes ``m3`` by
   breaking ``m1`` scores less than the one before it and earns nothing;
-* **cache**: each milestone (and the PASS_TO_PASS tests, as one group) has a key, the
+* **cache**: each milestone (and the PASS_TO_PASS tests of each test file) has a key, the
   :func:`~kvharness.env.chain.imports.content_key` of the static import closure of its test
   files in the staged tree (rule and limit in ``imports.py``). A grading runs only the groups
   whose key has no result from an earlier grading by this grader (one grader per episode: the
@@ -143,9 +143,12 @@ class ChainGrader(Grader):
         )
         self.chain = task
         self.use_cache = cache
-        self._groups = [_Group(str(i + 1), m.tests) for i, m in enumerate(task.milestones)] + (
-            [_Group(_P2P, task.pass_to_pass)] if task.pass_to_pass else []
-        )
+        by_file: dict[str, list[str]] = {}
+        for test in task.pass_to_pass:
+            by_file.setdefault(test.split("::")[0], []).append(test)
+        self._groups = [_Group(str(i + 1), m.tests) for i, m in enumerate(task.milestones)] + [
+            _Group(f"{_P2P}:{f}", tuple(tests)) for f, tests in by_file.items()
+        ]
         self._cache: dict[str, tuple[str, dict[str, str]]] = {}
 
     def _select(self, tree: Path) -> _Selection:
@@ -246,6 +249,7 @@ class ChainGrader(Grader):
             log_tail=log,
             milestones=tuple(milestones),
             prefix=prefix,
-            pass_to_pass_cached=bool(task.pass_to_pass) and _P2P not in stale,
+            pass_to_pass_cached=bool(task.pass_to_pass)
+            and not any(g.startswith(_P2P) for g in stale),
             tests_run=sum(len(g.tests) for g in self._groups if g.name in stale),
         )

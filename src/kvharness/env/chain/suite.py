@@ -86,7 +86,6 @@ DEFAULT_CHAIN_SUITE = ChainSuiteSpec(
                 ChainSpec(
                     _fns(
                         "inflection/__init__.py",
-                        "transliterate",
                         "parameterize",
                         "ordinal",
                         "ordinalize",
@@ -127,12 +126,13 @@ DEFAULT_CHAIN_SUITE = ChainSuiteSpec(
                 ChainSpec(
                     _fns(
                         "toolz/functoolz.py",
-                        "identity",
+                        "apply",
+                        "thread_first",
+                        "thread_last",
                         "compose",
                         "compose_left",
                         "complement",
                         "pipe",
-                        "flip",
                     ),
                     ("toolz/tests/test_functoolz.py",),
                 ),
@@ -156,12 +156,12 @@ DEFAULT_CHAIN_SUITE = ChainSuiteSpec(
                 ChainSpec(
                     _fns(
                         "more_itertools/recipes.py",
-                        "iter_index",
-                        "sieve",
-                        "factor",
-                        "totient",
-                        "sum_of_squares",
-                        "polynomial_eval",
+                        "quantify",
+                        "pad_none",
+                        "ncycles",
+                        "dotproduct",
+                        "first_true",
+                        "polynomial_derivative",
                     ),
                     ("tests/test_recipes.py",),
                 ),
