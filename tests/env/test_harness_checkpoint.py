@@ -80,6 +80,9 @@ def test_due_every_n_steps_or_m_seconds(workspace: Path, tmp_path: Path) -> None
     assert not ckpt.due(3) and not ckpt.due(5) and ckpt.due(6)
     soon = Checkpointer(tmp_path / "ck2", every_steps=100, every_s=1e-9)
     assert soon.due(1) and not soon.due(0)
+    assert soon.due(0, calls=2)  # model calls alone move an episode on too
+    soon.save({"steps": 0, "calls": 2}, workspace)
+    assert not soon.due(0, calls=2) and soon.due(0, calls=3)
 
 
 def test_progress_marks_and_clear(tmp_path: Path) -> None:

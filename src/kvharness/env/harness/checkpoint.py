@@ -109,7 +109,7 @@ class Checkpointer:
         self.folder = folder
         self.every_steps = every_steps
         self.every_s = every_s
-        self._last_steps = 0
+        self._last_steps = self._last_calls = 0
         self._last_time = time.monotonic()
 
     @property
@@ -134,19 +134,21 @@ class Checkpointer:
             raise FormatError(str(path), 1, f"not a {CHECKPOINT_FORMAT} archive")
         if state.get("version") != _VERSION:
             raise FormatError(str(path), 1, f"unsupported version {state.get('version')!r}")
-        self._last_steps = int(state.get("steps", 0))
-        self._last_time = time.monotonic()
+        self._note(state)
         return Saved(state, path)
 
-    def due(self, steps: int) -> bool:
-        """True when a checkpoint is due after ``steps`` steps."""
-        if steps <= self._last_steps:
-            return False
-        waited = time.monotonic() - self._last_time
-        return steps - self._last_steps >= self.every_steps or waited >= self.every_s
+    def due(self, steps: int, calls: int = 0) -> bool:
+        """True when a checkpoint is due after ``steps`` steps and ``calls`` model calls: every
+        ``every_steps`` steps, or after ``every_s`` seconds once anything moved (a model that
+        calls no tool still builds a conversation worth keeping)."""
+        if steps - self._last_steps >= self.every_steps:
+            return True
+        moved = (steps, calls) != (self._last_steps, self._last_calls)
+        return moved and time.monotonic() - self._last_time >= self.every_s
 
     def save(self, state: dict[str, Any], repo: Path) -> None:
-        """Write ``state`` (a JSON document; its ``steps`` is the step count) and the workspace
+        """Write ``state`` (a JSON document; its ``steps`` and ``calls`` count the steps and
+        model calls so far) and the workspace
         ``repo`` as the episode's checkpoint, atomically and durably. Blocking."""
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / (CHECKPOINT + ".tmp")
@@ -167,7 +169,12 @@ class Checkpointer:
             tmp.unlink(missing_ok=True)
             raise
         _fsync_dir(self.folder)
+        self._note(state)
+
+    def _note(self, state: dict[str, Any]) -> None:
+        """Count from the checkpoint ``state`` (just written or read)."""
         self._last_steps = int(state.get("steps", 0))
+        self._last_calls = int(state.get("calls", 0))
         self._last_time = time.monotonic()
 
     def mark(self, steps: int) -> None:

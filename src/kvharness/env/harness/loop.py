@@ -152,7 +152,7 @@ async def run_episode(
         while conv.calls < 2 * config.max_steps:
             if agent.finished:
                 break
-            if checkpoint is not None and checkpoint.due(result.steps):
+            if checkpoint is not None and checkpoint.due(result.steps, len(result.calls)):
                 state = _state(result, conv, agent, env)
                 await asyncio.to_thread(checkpoint.save, state, env.repo)
             if context is not None:
@@ -237,6 +237,7 @@ def _state(
         "task": result.task_id,
         "agent": result.agent,
         "steps": result.steps,
+        "calls": len(result.calls),
         "result": rollout_doc(result),
         "conversation": conv.to_json(),
         "agent_state": agent.state(),

@@ -377,16 +377,25 @@ class RayRunner:
             self.policy = None
 
 
-def staleness(episodes: Sequence[EpisodeResult], latest: int | None = None) -> list[int]:
-    """How many versions behind ``latest`` each model call that carries a policy version was
-    made (``latest`` default: the newest version among the calls), in episode and call order:
-    what a trainer weighs or drops stale steps by."""
-    versions = [c.policy_version for ep in episodes for c in ep.calls]
-    known = [v for v in versions if v is not None]
-    if not known:
-        return []
-    top = max(known) if latest is None else latest
-    return [top - v for v in known]
+def staleness(
+    episodes: Sequence[EpisodeResult], latest: int | None = None, *, per_episode: bool = False
+) -> list[int]:
+    """How many versions behind each model call that carries a policy version was made, in
+    episode and call order: behind ``latest`` (default: the newest version among the calls), or
+    with ``per_episode``, behind the version of its episode's last call (what the episode ended
+    under). What a trainer weighs or drops stale steps by."""
+    out: list[int] = []
+    known = [
+        [c.policy_version for c in ep.calls if c.policy_version is not None] for ep in episodes
+    ]
+    flat = [v for vs in known for v in vs]
+    if not flat:
+        return out
+    top = max(flat) if latest is None else latest
+    for vs in known:
+        end = (vs[-1] if vs else top) if per_episode else top
+        out += [end - v for v in vs]
+    return out
 
 
 def workers_for(concurrency: int, cluster_cpus: float) -> tuple[int, int]:
