@@ -4,7 +4,8 @@ Run directory (see :mod:`kvharness.report.io`)::
 
     config.json    the resolved BenchConfig (written first; ``--resume`` reads it back)
     records.jsonl  one TurnRecord per attempt, appended as each ends
-    metrics.json   server counters before/after each pass, and their deltas
+    metrics.json   server counters before/after each pass, their deltas, and each engine's
+                   KV cache (block size, blocks) as its /metrics says
     bench.json     client-side figures records cannot hold (inter-chunk gaps, counts)
     summary.json, report.html   the report (when :mod:`kvharness.report` is available)
 """
@@ -154,6 +155,7 @@ async def _run(
     gaps: array[float] = array("d")
     scraper = Client(connect_timeout_s=cfg.retry.connect_timeout_s)
     before = await scrape.scrape_all(scraper, cfg.scraped) if cfg.scrape_metrics else {}
+    engines = await scrape.engines(scraper, cfg.scraped) if cfg.scrape_metrics else {}
     transport = HttpTransport(
         clock,
         timeout_s=cfg.retry.timeout_s,
@@ -182,7 +184,12 @@ async def _run(
         await transport.close()
     after = await scrape.scrape_all(scraper, cfg.scraped) if cfg.scrape_metrics else {}
     scraper.close()
-    server = {"before": before, "after": after, "delta": scrape.delta(before, after)}
+    server = {
+        "before": before,
+        "after": after,
+        "delta": scrape.delta(before, after),
+        "engines": engines,
+    }
     return runner.counts, server, gaps
 
 

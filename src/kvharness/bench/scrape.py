@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from kvharness.wire import vllm
 from kvharness.wire.http import Client
 
-__all__ = ["MEANS", "delta", "hit_ratio", "means", "scrape_all"]
+__all__ = ["MEANS", "delta", "engines", "hit_ratio", "means", "scrape_all"]
 
 MEANS = {
     "vllm:time_to_first_token_seconds": "TTFT",
@@ -38,6 +38,25 @@ async def scrape_all(client: Client, urls: Sequence[str]) -> dict[str, dict[str,
     a target that exposes none."""
     values = await asyncio.gather(*(_scrape(client, u) for u in urls))
     return dict(zip(urls, values, strict=True))
+
+
+async def engines(client: Client, urls: Sequence[str]) -> dict[str, dict[str, int] | None]:
+    """What each target's ``/metrics`` says of its engine's KV cache (``block_size``,
+    ``num_gpu_blocks``: vLLM's ``cache_config_info``), read concurrently; None for a target
+    that says nothing of it. The digital twin (:mod:`kvharness.sim.twin`) sizes its engines
+    from it."""
+
+    async def one(url: str) -> dict[str, int] | None:
+        text = await vllm.metrics_text(client, url)
+        if text is None:
+            return None
+        info = vllm.cache_config(text)
+        if info.block_size is None or info.num_gpu_blocks is None:
+            return None
+        return {"block_size": info.block_size, "num_gpu_blocks": info.num_gpu_blocks}
+
+    found = await asyncio.gather(*(one(u) for u in urls))
+    return dict(zip(urls, found, strict=True))
 
 
 def delta(

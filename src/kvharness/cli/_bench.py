@@ -77,6 +77,12 @@ def register(subparsers: Any) -> None:
         help="--mode both: do not reset the servers' prefix caches between passes",
     )
     run_group.add_argument(
+        "--reset-cache",
+        action="store_true",
+        help="reset the servers' prefix caches before the run (vLLM's dev-mode "
+        "/reset_prefix_cache), so it starts cold: what kvharness sim --twin replays",
+    )
+    run_group.add_argument(
         "--csv",
         action="store_true",
         help="also write RUN/records.csv (one row per attempt) and RUN/summary.csv (the run's "
@@ -84,6 +90,49 @@ def register(subparsers: Any) -> None:
     )
     run_group.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
+    sub = p.add_subparsers(dest="bench_command", metavar="SUBCOMMAND")
+    _register_capacity(sub)
+
+
+def _register_capacity(sub: Any) -> None:
+    from kvharness.bench.config import BenchConfig
+    from kvharness.cli._capacity import add_search_options
+
+    c = sub.add_parser(
+        "capacity",
+        help="the most concurrent sessions the backends hold within an SLO tier (live search)",
+        description="Search the sessions in flight (doubling, then bisecting) for the most whose "
+        "turns meet an SLO tier: each point a bench run from a cold cache of "
+        "--sessions-per-slot x N sessions of the workload, N in flight, into OUT/cN. Prints "
+        "the points and the capacity per replica; writes OUT/capacity.json.",
+    )
+    add_options(c, BenchConfig, overrides={"concurrency": {"help": argparse.SUPPRESS}})
+    add_search_options(c)
+    c.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        help="replicas behind the backends, for the per-replica figure (default: one per "
+        "--backend)",
+    )
+    c.add_argument("--out", type=Path, default=None, help="where the points' runs go")
+    c.set_defaults(func=run_capacity)
+
+
+def run_capacity(args: argparse.Namespace) -> int:
+    from kvharness.bench.config import BenchConfig
+    from kvharness.cli._capacity import run_bench_capacity
+
+    if not args.backends:
+        raise UserError("give the --backend to search (repeat for several)")
+
+    def config(n: int) -> Any:
+        return config_from_args(
+            BenchConfig, args, arrival="concurrent", concurrency=n,
+            max_sessions=args.sessions_per_slot * n,
+        )  # fmt: skip
+
+    return run_bench_capacity(args, config)
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -163,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         modes = ("session", "isolated") if args.mode == "both" else (args.mode,)
         for mode in modes:
             mcfg = dataclasses.replace(cfg, mode=mode, label=cfg.label or mode)
-            if len(modes) > 1 and not args.no_reset_cache:
+            if args.reset_cache or (len(modes) > 1 and not args.no_reset_cache):
                 for t in mcfg.backends:
                     if not reset_prefix_cache(t):
                         console.print(

@@ -1,4 +1,5 @@
-"""`kvharness sim`: simulate a serving cluster under routing policies; `kvharness sim calibrate`."""
+"""`kvharness sim`: simulate a serving cluster under routing policies; `kvharness sim --twin RUN`
+(a bench run replayed and compared); `kvharness sim calibrate RUN...` (a measured engine)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import datetime as _dt
 import itertools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -136,40 +138,146 @@ def register(subparsers: Any) -> None:
         help="Ray cluster address (ray://host:10001, host:6379, or local for a private "
         "one-machine cluster); default RAY_ADDRESS",
     )
+    p.add_argument(
+        "--twin",
+        default=None,
+        metavar="RUN_DIR",
+        help="simulate exactly what the bench run in RUN_DIR did (its sessions, arrivals, "
+        "gaps, replicas and routing) on the engines of --profile, and compare turn by turn: "
+        "writes twin.json, turns.jsonl and twin.html to --out (default RUN_DIR/twin)",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="PATH",
+        help="with --twin: the measured engine (kvharness sim calibrate RUN_DIR... --out PATH)",
+    )
+    p.add_argument(
+        "--router",
+        default=None,
+        metavar="POLICY",
+        help="with --twin: the run went through a router with this policy to --router-replicas "
+        "replicas (default: straight to its backends)",
+    )
+    p.add_argument(
+        "--router-replicas", type=positive_int, default=None, help="replicas behind --router"
+    )
     p.set_defaults(func=run)
     sub = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
     c = sub.add_parser(
         "calibrate",
-        help="fit the cost model's efficiency factors to measured step or request times",
-        description="Fit compute/memory efficiency and per-step overhead by least squares. "
-        'SAMPLES is JSON Lines: {"prefill_tokens", "context_tokens", "decode_seqs", "decode_ctx", '
-        '"seconds"} per step, or {"prompt_tokens", "cached_tokens", "output_tokens", "seconds"} '
-        "per request served alone.",
+        help="fit a measured engine's profile to bench runs (the digital twin's engine)",
+        description="Fit the engine of the deployment a bench run measured: its step time "
+        "(overhead, per prefill token, per decoded sequence, per attention pair) and request "
+        "latency, by simulating each run's twin and matching every turn's TTFT and end-to-end "
+        "time; its KV capacity from what the bench read of the engines. The profile is saved "
+        "as JSON for --cluster NxPROFILE:PATH and kvharness sim --twin. With --samples, fit "
+        "the roofline's efficiency factors to a JSON Lines file of measured step or request "
+        "times instead.",
     )
-    c.add_argument("samples", help="JSON Lines file of measured times")
+    c.add_argument("runs", nargs="*", metavar="RUN_DIR", help="bench run directories")
+    c.add_argument("--out", default=None, help="write the profile (or fitted factors) here")
+    c.add_argument("--name", default=None, help="the profile's name (default: the model's)")
     c.add_argument(
-        "--cluster",
-        default="1xH200:llama-3.1-8b",
-        help="the deployment measured, as for kvharness sim (default: %(default)s)",
+        "--router",
+        default=None,
+        metavar="POLICY",
+        help="the runs went through a router with this policy (a kvharness policy name) to "
+        "--replicas replicas; default: straight to their backends",
     )
+    c.add_argument("--replicas", type=positive_int, default=None, help="replicas behind --router")
     c.add_argument(
         "--max-num-batched-tokens",
         type=positive_int,
-        default=8192,
-        help="prefill chunk size of requests",
+        default=None,
+        help="the engine's token budget per step (default: vLLM's CPU server default, 2048; "
+        "with --samples, the prefill chunk size, 8192)",
     )
-    c.add_argument("--out", default=None, help="write the fitted factors here as JSON")
+    c.add_argument(
+        "--max-num-seqs",
+        type=positive_int,
+        default=128,
+        help="the engine's most running requests (default: vLLM's CPU server default, 128)",
+    )
+    c.add_argument(
+        "--num-blocks",
+        type=positive_int,
+        default=None,
+        help="KV cache blocks per replica (default: what the bench read of the engines)",
+    )
+    c.add_argument(
+        "--evaluations",
+        type=positive_int,
+        default=400,
+        help="simulations the fit may run (default: %(default)s)",
+    )
+    c.add_argument(
+        "--samples",
+        default=None,
+        metavar="FILE",
+        help='JSON Lines of measured times: {"prefill_tokens", "context_tokens", '
+        '"decode_seqs", "decode_ctx", "seconds"} per step, or {"prompt_tokens", '
+        '"cached_tokens", "output_tokens", "seconds"} per request served alone',
+    )
+    c.add_argument(
+        "--cluster",
+        default="1xH200:llama-3.1-8b",
+        help="with --samples: the deployment measured (default: %(default)s)",
+    )
     c.set_defaults(func=run_calibrate)
+    k = sub.add_parser(
+        "capacity",
+        help="the most concurrent sessions a simulated deployment holds within an SLO tier",
+        description="The search of `kvharness bench capacity` in the simulator: on a measured "
+        "engine (--cluster NxPROFILE:PATH, the twin's prediction of the live search) or on a "
+        "preset cluster at fleet scale (agents per GPU). Each point simulates "
+        "--sessions-per-slot x N sessions of the workload with N in flight.",
+    )
+    k.add_argument("--workload", default="synthetic", help="workload spec (default: synthetic)")
+    k.add_argument(
+        "--cluster",
+        default="1xH200:llama-3.1-8b",
+        help="NxHARDWARE:MODEL or NxPROFILE:PATH (default: %(default)s)",
+    )
+    k.add_argument(
+        "--policy",
+        default="agent_aware",
+        help="routing policy over several replicas (default: %(default)s; one replica: none)",
+    )
+    k.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiply the workload's gaps by X, as kvharness bench --time-scale (default: 1)",
+    )
+    k.add_argument(
+        "--block-size", type=block_size, default=None, help="engine KV block size (default 128)"
+    )
+    from kvharness.cli._capacity import add_search_options
+
+    add_search_options(k)
+    k.add_argument("--out", default=None, help="where capacity.json goes")
+    k.set_defaults(func=run_capacity)
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    if args.out:
+        output_file(args.out, "--out")
+    if args.samples is not None:
+        if args.runs:
+            raise UserError("give bench run directories or --samples FILE, not both")
+        return _calibrate_samples(args)
+    if not args.runs:
+        raise UserError("give the bench run directories to calibrate from (or --samples FILE)")
+    return _calibrate_runs(args)
+
+
+def _calibrate_samples(args: argparse.Namespace) -> int:
     from kvharness.engine.calibrate import calibrate, read_samples
     from kvharness.sim.cluster import parse_cluster
 
-    if args.out:
-        output_file(args.out, "--out")
     dep = parse_cluster(args.cluster).deployment
-    fit = calibrate(dep, read_samples(args.samples, args.max_num_batched_tokens))
+    fit = calibrate(dep, read_samples(args.samples, args.max_num_batched_tokens or 8192))
     data = {
         "cluster": args.cluster,
         "efficiency": msgspec.to_builtins(fit.efficiency),
@@ -184,7 +292,59 @@ def run_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate_runs(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from kvharness.engine.profile import EngineProfile
+    from kvharness.sim.fit import fit_profile
+    from kvharness.sim.twin import load_run
+
+    runs = [load_run(Path(r), router=args.router, replicas=args.replicas) for r in args.runs]
+    engines = [e for r in runs for e in r.engines]
+    block = engines[0]["block_size"] if engines else runs[0].config.engine_block_size
+    blocks = args.num_blocks or (min(e["num_gpu_blocks"] for e in engines) if engines else None)
+    if blocks is None:
+        raise UserError(
+            "the runs hold no engine KV capacity (their /metrics said none): give --num-blocks"
+        )
+    base = EngineProfile(
+        name=args.name or runs[0].config.model or "measured",
+        block_size=block,
+        num_blocks=blocks,
+        max_num_batched_tokens=args.max_num_batched_tokens or 2048,
+        max_num_seqs=args.max_num_seqs,
+    )
+    with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
+        job = bar.add_task("fitting", total=args.evaluations)
+        fit = fit_profile(
+            runs,
+            base,
+            max_evaluations=args.evaluations,
+            on_step=lambda n, best: bar.update(
+                job, completed=n, description=f"fitting (loss {best:.4f})"
+            ),
+        )
+    p = fit.profile
+    print(
+        f"fitted {p.name} to {len(runs)} run(s), {p.fit['turns']} turns, in {fit.seconds:.1f} s "
+        f"({fit.evaluations} simulations): rms log error {p.fit['rms_log_error']:.3f} "
+        f"(from {math.sqrt(fit.loss_start / 2):.3f})"
+    )
+    print(
+        f"  step {1000 * p.step_overhead_s:.3f} ms + {1e6 * p.prefill_token_s:.3f} us/prefill "
+        f"token + {1000 * p.decode_seq_s:.3f} ms/decoded sequence + {1e9 * p.pair_s:.3f} "
+        f"ns/attention pair; request latency {1000 * p.request_latency_s:.2f} ms; KV "
+        f"{p.num_blocks} blocks of {p.block_size}"
+    )
+    if args.out:
+        p.save(Path(args.out))
+        print(f"wrote {args.out} (use it as --cluster NxPROFILE:{args.out})", file=sys.stderr)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.twin is not None:
+        return run_twin(args)
     from kvharness.report.io import parse_deadline
     from kvharness.routing.registry import available_policies
     from kvharness.sim.cluster import parse_cluster
@@ -205,6 +365,36 @@ def run(args: argparse.Namespace) -> int:
         "--out" if args.out else "output folder",
     )
     return sweep(args, clusters, policies, out)
+
+
+def run_capacity(args: argparse.Namespace) -> int:
+    from kvharness.cli._capacity import run_sim_capacity
+
+    return run_sim_capacity(args)
+
+
+def run_twin(args: argparse.Namespace) -> int:
+    from kvharness.engine.profile import EngineProfile
+    from kvharness.sim.twin import compare, load_run, twin_simulation, write_twin
+
+    if args.profile is None:
+        raise UserError(
+            "--twin needs the engine: give --profile PATH (kvharness sim calibrate RUN_DIR... "
+            "--out PATH fits one)"
+        )
+    run = load_run(Path(args.twin), router=args.router, replicas=args.router_replicas)
+    profile = EngineProfile.load(Path(args.profile))
+    out = Path(args.out) if args.out else Path(args.twin) / "twin"
+    output_dir(out, "--out")
+    result = twin_simulation(run, profile)
+    pairs, summary = compare(run, result.records)
+    write_twin(out, run, profile, pairs, summary)
+    print(f"twin of {run.path} on {profile.name}: {summary.line()}")
+    if summary.blame:
+        parts = ", ".join(f"{k} {v}" for k, v in summary.blame.items())
+        print(f"  the worst turns were off in: {parts}")
+    print(f"wrote {out}/twin.json, turns.jsonl and twin.html", file=sys.stderr)
+    return 0
 
 
 def _check_workload(spec: str) -> None:

@@ -39,11 +39,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from msgspec import UNSET, UnsetType
 
 from kvharness.engine.vision import QWEN25_VL_VIT, VisionSpec
+
+if TYPE_CHECKING:
+    from kvharness.engine.profile import EngineProfile
 
 __all__ = [
     "HARDWARE",
@@ -54,6 +57,7 @@ __all__ = [
     "Hardware",
     "ModelSpec",
     "StepBatch",
+    "StepCost",
 ]
 
 _DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
@@ -186,6 +190,9 @@ class Deployment:
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
     efficiency: Efficiency = field(default_factory=Efficiency)
+    profile: EngineProfile | None = None
+    """A measured engine (:mod:`kvharness.engine.profile`): when set, its step times and KV
+    capacity replace the roofline's and the hardware's."""
 
     def __post_init__(self) -> None:
         if self.tp < 1:
@@ -219,7 +226,10 @@ class Deployment:
 
     @property
     def kv_capacity_blocks(self) -> int:
-        """KV blocks that fit beside the weights (activations ignored), over the whole TP group."""
+        """KV blocks that fit beside the weights (activations ignored), over the whole TP group;
+        a measured profile's own count."""
+        if self.profile is not None:
+            return self.profile.num_blocks
         free = self.tp * self.hardware.hbm_bytes * self.gpu_memory_utilization - self.weight_bytes
         return max(0, int(free // self.block_bytes))
 
@@ -248,6 +258,25 @@ class StepBatch(NamedTuple):
     def decode_kv(self) -> int:
         """Tokens of KV decode attention reads (``decode_kv_read``, defaulting to ``decode_ctx``)."""
         return self.decode_ctx if self.decode_kv_read is None else self.decode_kv_read
+
+
+class StepCost(Protocol):
+    """What the engine model asks of a cost model: the roofline's :class:`CostModel`, or a
+    measured engine's :class:`~kvharness.engine.profile.ProfileCostModel`."""
+
+    def step_time(self, b: StepBatch) -> float: ...
+
+    def decode_run_time(self, seqs: int, ctx0: int, k: int, kv0: int | None = None) -> float: ...
+
+    def decode_steps_until(
+        self, seqs: int, ctx0: int, budget: float, k_max: int, kv0: int | None = None
+    ) -> int: ...
+
+    def kv_read_seconds(self, tokens: float) -> float: ...
+
+    def encoder_time(self, images: Sequence[int]) -> float: ...
+
+    def encoder_flops(self, tokens: int) -> float: ...
 
 
 class CostModel:

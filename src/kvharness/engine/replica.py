@@ -49,9 +49,10 @@ import math
 
 from kvharness.engine.block_pool import BlockPool
 from kvharness.engine.cascade import merge_tokens
-from kvharness.engine.cost import CostModel, Deployment, StepBatch
+from kvharness.engine.cost import Deployment, StepBatch
 from kvharness.engine.events import KVEvent
 from kvharness.engine.eviction import CpuTier, EvictionPolicy, make_eviction
+from kvharness.engine.profile import cost_model
 from kvharness.engine.request import Request
 from kvharness.engine.scheduler import Plan, Scheduler, SchedulerConfig
 from kvharness.engine.vision import EncoderCache
@@ -88,7 +89,7 @@ class Replica:
     ) -> None:
         self.name = name
         self.deployment = deployment
-        self.cost = CostModel(deployment)
+        self.cost = cost_model(deployment)
         blocks = num_blocks if num_blocks is not None else deployment.kv_capacity_blocks
         self.cpu_tier: CpuTier | None = None
         if cpu_tier_blocks > 0:

@@ -19,7 +19,7 @@ from kvharness.report.metrics import BREAKDOWN_PARTS, Summary, session_times
 from kvharness.report.records import TurnRecord
 from kvharness.report.svg import PALETTE, Series, grouped_bars, line_chart, stacked_hbars
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["render_html", "standalone_page", "write_html"]
 
 Run = tuple[Summary, Sequence[TurnRecord]]
 _Run = tuple[Summary, Columns]
@@ -277,6 +277,17 @@ def _page(runs: Sequence[_Run], title: str | None) -> str:
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
         f'<h1>{escape(title)}</h1><div class="plots">{"".join(plots)}</div>'
         f"<h2>{heading}</h2>{_comparison_table(runs)}{details}"
+        f"<script>{_JS}</script></body></html>\n"
+    )
+
+
+def standalone_page(title: str, plots: Sequence[str], body: str = "") -> str:
+    """A self-contained page in the report's style: ``plots`` (SVG strings) in a row, then
+    ``body`` (HTML), the tooltip script last."""
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
+        f'<h1>{escape(title)}</h1><div class="plots">{"".join(plots)}</div>{body}'
         f"<script>{_JS}</script></body></html>\n"
     )
 

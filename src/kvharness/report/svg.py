@@ -11,7 +11,15 @@ from collections.abc import Callable, Sequence
 from html import escape
 from typing import NamedTuple
 
-__all__ = ["PALETTE", "Series", "grouped_bars", "line_chart", "nice_ticks", "stacked_hbars"]
+__all__ = [
+    "PALETTE",
+    "Series",
+    "grouped_bars",
+    "line_chart",
+    "nice_ticks",
+    "scatter",
+    "stacked_hbars",
+]
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
@@ -239,4 +247,37 @@ def grouped_bars(
             f"{_fit(group, 24)}</text>"
         )
     body += _legend([(name, color) for name, _, color in series])
+    return _svg(plot_id, title, body)
+
+
+def scatter(
+    points: Sequence[tuple[float, float, str]],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    plot_id: str,
+    fmt: Fmt = _g,
+    color: str = PALETTE[0],
+    diagonal: bool = True,
+) -> str:
+    """Points ``(x, y, tooltip)`` on shared axes, with the line ``y = x`` when ``diagonal`` (a
+    prediction against what was measured: on the line is exact)."""
+    if not points:
+        return _empty(plot_id, title)
+    top = max(max(x, y) for x, y, _ in points)
+    ticks = nice_ticks(0.0, top or 1.0)
+    f = _Frame(ticks, ticks)
+    body = f.axes(xlabel, ylabel, fmt, fmt)
+    if diagonal:
+        a, b = ticks[0], ticks[-1]
+        body.append(
+            f'<line x1="{f.px(a):.1f}" y1="{f.py(a):.1f}" x2="{f.px(b):.1f}" y2="{f.py(b):.1f}" '
+            'stroke="#999" stroke-dasharray="4,3"/>'
+        )
+    body += [
+        f'<circle cx="{f.px(x):.1f}" cy="{f.py(y):.1f}" r="2.5" fill="{color}" '
+        f'fill-opacity="0.6" data-tip="{escape(tip)}"/>'
+        for x, y, tip in points
+    ]
     return _svg(plot_id, title, body)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from kvharness.engine.cost import CostModel, StepBatch
+from kvharness.engine.cost import StepBatch, StepCost
 
 __all__ = ["solo_turn_time"]
 
 
 def solo_turn_time(
-    cost: CostModel, prompt_tokens: int, cached_tokens: int, output_tokens: int, budget: int
+    cost: StepCost, prompt_tokens: int, cached_tokens: int, output_tokens: int, budget: int
 ) -> float:
     """Seconds from send to done for one request alone: prefill of the uncached part in chunks of
     ``budget`` tokens, then ``output_tokens - 1`` decode steps at batch size 1."""

@@ -1,8 +1,10 @@
-"""Cluster specs: ``16xH200:llama-3.3-70b[:tp2][:bf16][:kv-fp8]`` -> a :class:`ClusterSpec`."""
+"""Cluster specs: ``16xH200:llama-3.3-70b[:tp2][:bf16][:kv-fp8]`` or a measured engine,
+``2xprofile:runs/cal/engine.json`` -> a :class:`ClusterSpec`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from kvharness.engine.cost import HARDWARE, MODELS, Deployment
 from kvharness.errors import UserError
@@ -19,10 +21,16 @@ class ClusterSpec:
 
     def label(self) -> str:
         d = self.deployment
+        if d.profile is not None:
+            return f"{self.replicas}xprofile:{d.profile.name}"
         tp = f":tp{d.tp}" if d.tp > 1 else ""
         return f"{self.replicas}x{d.hardware.name}:{d.model.name}{tp}:{d.weight_dtype}"
 
     def with_block_size(self, block_size: int) -> ClusterSpec:
+        """The cluster with engines of ``block_size`` tokens; a measured profile keeps its
+        engine's own (its KV capacity was counted in those blocks)."""
+        if self.deployment.profile is not None:
+            return self
         return replace(self, deployment=replace(self.deployment, block_size=block_size))
 
 
@@ -36,8 +44,15 @@ def parse_cluster(spec: str, *, block_size: int = 16) -> ClusterSpec:
     count, x, hw_name = head.partition("x")
     if not x or not count.isdigit() or int(count) < 1:
         raise UserError(
-            f"bad cluster {spec!r}: expected NxHARDWARE:MODEL, e.g. 16xH200:llama-3.3-70b"
+            f"bad cluster {spec!r}: expected NxHARDWARE:MODEL, e.g. 16xH200:llama-3.3-70b, or "
+            "NxPROFILE:PATH"
         )
+    if hw_name.lower() == "profile":
+        if not rest:
+            raise UserError(f"bad cluster {spec!r}: name the engine profile, NxPROFILE:PATH")
+        from kvharness.engine.profile import EngineProfile
+
+        return ClusterSpec(int(count), EngineProfile.load(Path(rest)).deployment())
     hw = HARDWARE.get(hw_name.upper())
     if hw is None:
         raise UserError(f"unknown hardware {hw_name!r}; choose from {', '.join(HARDWARE)}")

@@ -9,6 +9,9 @@ by insertion order, so runs are reproducible). Two kinds of event:
   the load), or, for a ``concurrent`` arrival, whenever fewer than ``concurrency`` are running.
 * ``WAKE`` (priority 1): a replica's step (or decode run, see :mod:`kvharness.engine.replica`)
   ends; stale wake-ups (the replica re-planned since) are dropped by version.
+* ``ADMIT`` (priority 0), on a measured engine profile with a request latency
+  (:mod:`kvharness.engine.profile`): a routed turn reaches its engine that long after it was
+  sent (the client's HTTP and the server's parsing); the engine's queue starts there.
 
 A send at the same instant as a step end is seen by that step's successor, as a live engine would.
 
@@ -66,7 +69,7 @@ from kvharness.workload.model import Arrival, Workload
 
 __all__ = ["ReplicaStats", "SimConfig", "SimResult", "Simulator", "scale_arrival", "simulate"]
 
-_SEND, _WAKE = 0, 1
+_SEND, _WAKE, _ADMIT = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +235,14 @@ class Simulator:
                 "a vision-language model, e.g. --cluster 16xH200:qwen2.5-vl-7b"
             )
         self.block_size = dep.block_size
+        profile = dep.profile
+        self.scheduler = config.scheduler
+        """The engines' scheduler limits: the configuration's, or a measured profile's own."""
+        self.latency = 0.0
+        """Seconds from a turn being sent to its engine admitting it (a measured profile's)."""
+        if profile is not None:
+            self.scheduler = SchedulerConfig(profile.max_num_batched_tokens, profile.max_num_seqs)
+            self.latency = profile.request_latency_s
         self.policy = policy or make_policy(config.policy, **dict(config.policy_options))
         self.ttls = ToolTTL()
         use_index = config.prefix_source != "direct"
@@ -239,7 +250,7 @@ class Simulator:
             Replica(
                 f"r{i}",
                 dep,
-                config.scheduler,
+                self.scheduler,
                 make_eviction(config.eviction, self.ttls),
                 events=use_index,
                 cpu_tier_blocks=config.cpu_tier_blocks,
@@ -281,6 +292,8 @@ class Simulator:
         self._solo: dict[int, float] = {}
         self._images = self._image_tokens = 0
         self._turn_encoder: dict[tuple[str, int], float] = {}
+        self._admitting: dict[int, Request] = {}
+        """Requests on their way to an engine (``latency`` > 0), by the key of their event."""
         self._seen_images: dict[int, set[int]] = {}
         """Per session, the images its completed turns held (an ideal encoder cache's)."""
 
@@ -347,6 +360,8 @@ class Simulator:
             events += 1
             if kind == _SEND:
                 self._send(a, b, now)
+            elif kind == _ADMIT:
+                self._admit(a, self._admitting.pop(b), now)
             else:
                 rep = replicas[a]
                 if rep.version != b:
@@ -439,14 +454,26 @@ class Simulator:
             hashes,
             prompt,
             turn.output_tokens,
-            now,
+            now + self.latency,
             session=session.id,
             next_tool=next_tool,
             last_turn=last,
-            tag=(si, ti, ideal, rreq),
+            tag=(si, ti, ideal, rreq, now),
             images=images,
         )
-        wake = self.replicas[ri].submit(req, now, matched[ri] * bs)
+        if self.latency > 0:
+            self._seq += 1
+            self._admitting[self._seq] = req
+            self._push(now + self.latency, 0, _ADMIT, ri, self._seq)
+            return
+        self._admit(ri, req, now, matched[ri])
+
+    def _admit(self, ri: int, req: Request, now: float, matched: int | None = None) -> None:
+        """Hand ``req`` to replica ``ri``'s engine at ``now``; ``matched``: its leading blocks
+        cached there (None: look them up now)."""
+        if matched is None:
+            matched = self.match(req.block_hashes)[ri]
+        wake = self.replicas[ri].submit(req, now, matched * self.block_size)
         self._sync(ri)
         if wake is not None:
             self._push(wake, 1, _WAKE, ri, self.replicas[ri].version)
@@ -464,7 +491,7 @@ class Simulator:
         return None
 
     def _finish(self, req: Request, ri: int, now: float) -> None:
-        si, ti, ideal, rreq = req.tag
+        si, ti, ideal, rreq, sent = req.tag
         self.policy.on_finished(rreq, ri, now)
         if req.images:
             self._turn_encoder[self.workload.sessions[si].id, ti] = req.encoder_seconds
@@ -472,7 +499,7 @@ class Simulator:
             si,
             ti,
             self.replicas[ri].name,
-            req.arrival,
+            sent,
             req.first_token,
             req.done,
             req.prompt_tokens,
@@ -529,8 +556,8 @@ class Simulator:
         )
         self._records.append((sent, len(self._records), rec))
         if error is None:
-            budget = self.config.scheduler.max_num_batched_tokens
-            solo = solo_turn_time(
+            budget = self.scheduler.max_num_batched_tokens
+            solo = self.latency + solo_turn_time(
                 self.replicas[0].cost, prompt, ideal, max(1, turn.output_tokens), budget
             )
             if turn.images:
