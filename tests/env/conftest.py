@@ -8,9 +8,6 @@ for grading cases a single real mutation cannot produce, such as a half fix.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import shutil
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -18,10 +15,13 @@ from pathlib import Path
 import pytest
 
 import kvharness.env.tasks as tasks_pkg
+from kvharness.env.api import EnvConfig
 from kvharness.env.grading import Grader
+from kvharness.env.harness.demo import make_demo_suite
 from kvharness.env.sandbox import Limits, python_env_paths
 from kvharness.env.task import Mutation, Task, load_suite, save_task
 from kvharness.env.tasks import SMOKE_SUITE, build_suite, ensure_venv
+from kvharness.testing.suites import built_once
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
@@ -42,15 +42,11 @@ def smoke_suite(env_venv: Path) -> list[Task]:
         env_dir / name for name in ("sandbox.py", "grading.py", "task.py")
     ]
     key = repr(SMOKE_SUITE).encode() + b"".join(p.read_bytes() for p in builder_code)
-    digest = hashlib.sha256(key).hexdigest()[:12]
-    out = CACHE / "env-test" / f"smoke-{digest}"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test session may be building it
-        if not (out / "suite.json").exists():
-            if out.exists():
-                shutil.rmtree(out)
-            build_suite(SMOKE_SUITE, out, venv=env_venv, cache=CACHE / "sdists", progress=False)
+    out = built_once(
+        CACHE / "env-test", "smoke", key,
+        lambda out: build_suite(SMOKE_SUITE, out, venv=env_venv, cache=CACHE / "sdists",
+                                progress=False),
+    )  # fmt: skip
     return load_suite(out)
 
 
@@ -133,3 +129,20 @@ def grader_for(env_venv: Path) -> Callable[[Task], Grader]:
         return Grader(task, python_env=python_env_paths(env_venv), limits=Limits(timeout_s=120))
 
     return make
+
+
+@pytest.fixture
+def demo_config(env_venv: Path) -> EnvConfig:
+    """Budgets for the harness's episodes over the demo tasks, commands in the tasks' venv."""
+    return EnvConfig(
+        max_steps=20,
+        max_submissions=3,
+        limits=Limits(timeout_s=60),
+        python_env=python_env_paths(env_venv),
+    )
+
+
+@pytest.fixture
+def demo_tasks(tmp_path: Path) -> list[Task]:
+    """Three tasks of the hand-made demo suite (no registry needed)."""
+    return make_demo_suite(tmp_path / "suite", ("add", "clamp", "mean"))

@@ -22,33 +22,16 @@ from kvharness.cli import main
 from kvharness.env.api import EnvConfig
 from kvharness.env.harness.checkpoint import CheckpointPlan
 from kvharness.env.harness.client import ChatClient
-from kvharness.env.harness.demo import make_demo_suite
 from kvharness.env.harness.episode import EpisodeResult
 from kvharness.env.harness.loop import run_episodes
 from kvharness.env.harness.ray_runner import ClientSpec, RayRunner, staleness
 from kvharness.env.harness.record import read_rollouts
-from kvharness.env.sandbox import Limits, python_env_paths
 from kvharness.env.task import Task
 from kvharness.testing import VllmReplica
 from kvharness.testing.tiny_model import write_lora_adapter
 from kvharness.workload.format import load
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-
-
-@pytest.fixture
-def config(env_venv: Path) -> EnvConfig:
-    return EnvConfig(
-        max_steps=20,
-        max_submissions=3,
-        limits=Limits(timeout_s=60),
-        python_env=python_env_paths(env_venv),
-    )
-
-
-@pytest.fixture
-def tasks(tmp_path: Path) -> list[Task]:
-    return make_demo_suite(tmp_path / "suite", ("add", "clamp", "mean"))
 
 
 def _spec(replica: VllmReplica) -> ClientSpec:
@@ -72,18 +55,22 @@ def _outcome(episodes: Sequence[EpisodeResult]) -> list[tuple[Any, ...]]:
 async def test_two_workers_match_the_local_runner_and_stream_results(
     ray_cluster: str,
     vllm_replicas: Sequence[VllmReplica],
-    tasks: list[Task],
-    config: EnvConfig,
+    demo_tasks: list[Task],
+    demo_config: EnvConfig,
 ) -> None:
     replica = vllm_replicas[0]
     async with ChatClient(replica.url, replica.model, max_tokens=8) as client:
-        local = await run_episodes(tasks, "oracle", client, config, concurrency=2, repeats=2)
+        local = await run_episodes(
+            demo_tasks, "oracle", client, demo_config, concurrency=2, repeats=2
+        )
     arrivals: list[tuple[float, str]] = []
-    with RayRunner(_spec(replica), config, workers=2, per_worker=1, address=ray_cluster) as runner:
+    with RayRunner(
+        _spec(replica), demo_config, workers=2, per_worker=1, address=ray_cluster
+    ) as runner:
         pids = set(ray.get([w.pid.remote() for w in runner.workers]))
         on_ray = await asyncio.to_thread(
             runner.run,
-            tasks,
+            demo_tasks,
             "oracle",
             repeats=2,
             on_done=lambda ep: arrivals.append((time.time(), ep.episode)),
@@ -101,19 +88,19 @@ async def test_two_workers_match_the_local_runner_and_stream_results(
 
 
 def test_env_run_with_ray_writes_the_rollouts(
-    ray_cluster: str, vllm_replicas: Sequence[VllmReplica], tasks: list[Task], tmp_path: Path
+    ray_cluster: str, vllm_replicas: Sequence[VllmReplica], demo_tasks: list[Task], tmp_path: Path
 ) -> None:
     replica = vllm_replicas[0]
     out = tmp_path / "out"
-    argv = ["env", "run", "--backend", replica.url, "--tasks", str(tasks[0].root.parent),
+    argv = ["env", "run", "--backend", replica.url, "--tasks", str(demo_tasks[0].root.parent),
             "--agent", "oracle", "--tokenizer", "approx", "--max-tokens", "8",
             "--concurrency", "2", "--ray", ray_cluster, "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     rollouts = read_rollouts(out / "rollouts.jsonl")
-    assert sorted(ep.episode for ep in rollouts) == [f"{t.id}/0" for t in tasks]
+    assert sorted(ep.episode for ep in rollouts) == [f"{t.id}/0" for t in demo_tasks]
     assert all(ep.reward == 1.0 and ep.error is None for ep in rollouts)
     assert json.loads((out / "config.json").read_text())["ray"] == ray_cluster
-    assert len(load(out / "workload.jsonl").sessions) == len(tasks)
+    assert len(load(out / "workload.jsonl").sessions) == len(demo_tasks)
 
 
 def _kill_a_busy_worker(runner: RayRunner, pids: list[int], killed: list[str]) -> None:
@@ -132,22 +119,24 @@ def _kill_a_busy_worker(runner: RayRunner, pids: list[int], killed: list[str]) -
 async def test_a_killed_worker_s_episode_resumes_from_its_checkpoint_on_another(
     ray_cluster: str,
     vllm_replicas: Sequence[VllmReplica],
-    tasks: list[Task],
-    config: EnvConfig,
+    demo_tasks: list[Task],
+    demo_config: EnvConfig,
     tmp_path: Path,
 ) -> None:
     replica = vllm_replicas[0]
     async with ChatClient(replica.url, replica.model, max_tokens=8) as client:
-        local = await run_episodes(tasks, "oracle", client, config, concurrency=2, repeats=2)
+        local = await run_episodes(
+            demo_tasks, "oracle", client, demo_config, concurrency=2, repeats=2
+        )
     killed: list[str] = []
     plan = CheckpointPlan(tmp_path / "ckpt", every_steps=1)
     with RayRunner(
-        _spec(replica), config, workers=2, per_worker=1, address=ray_cluster, checkpoints=plan
+        _spec(replica), demo_config, workers=2, per_worker=1, address=ray_cluster, checkpoints=plan
     ) as runner:
         pids = [ray.get(slot.actor.pid.remote()) for slot in runner.slots]
         on_ray = await asyncio.to_thread(
             runner.run,
-            tasks,
+            demo_tasks,
             "oracle",
             repeats=2,
             on_done=lambda ep: _kill_a_busy_worker(runner, pids, killed),
@@ -165,8 +154,8 @@ async def test_a_killed_worker_s_episode_resumes_from_its_checkpoint_on_another(
 async def test_a_policy_version_change_mid_run_is_recorded_call_by_call(
     ray_cluster: str,
     vllm_replicas: Sequence[VllmReplica],
-    tasks: list[Task],
-    config: EnvConfig,
+    demo_tasks: list[Task],
+    demo_config: EnvConfig,
 ) -> None:
     replica = vllm_replicas[0]
     bumped: list[float] = []
@@ -177,11 +166,11 @@ async def test_a_policy_version_change_mid_run_is_recorded_call_by_call(
             bumped.append(time.time() - runner.origin)
 
     with RayRunner(
-        _spec(replica), config, workers=2, per_worker=1, address=ray_cluster,
+        _spec(replica), demo_config, workers=2, per_worker=1, address=ray_cluster,
         policy_name="test-policy",
     ) as runner:  # fmt: skip
         episodes = await asyncio.to_thread(
-            runner.run, tasks, "oracle", repeats=2, on_done=lambda ep: bump(runner)
+            runner.run, demo_tasks, "oracle", repeats=2, on_done=lambda ep: bump(runner)
         )
     assert all(ep.reward == 1.0 for ep in episodes)
     versions = [c.policy_version for ep in episodes for c in ep.calls]
@@ -211,8 +200,8 @@ def _load_adapter(url: str, name: str, path: Path) -> None:
 def test_a_new_policy_version_pauses_episodes_until_the_engine_serves_it(
     ray_cluster: str,
     vllm_factory: Callable[..., VllmReplica],
-    tasks: list[Task],
-    config: EnvConfig,
+    demo_tasks: list[Task],
+    demo_config: EnvConfig,
     tmp_path: Path,
 ) -> None:
     """Versions are LoRA adapters of the tiny model that vLLM loads at run time, as a trainer
@@ -241,10 +230,10 @@ def test_a_new_policy_version_pauses_episodes_until_the_engine_serves_it(
 
     spec = ClientSpec(replica.url, "policy-v0", max_tokens=8)
     with RayRunner(
-        spec, config, workers=2, per_worker=1, address=ray_cluster, policy_name="lora-policy",
+        spec, demo_config, workers=2, per_worker=1, address=ray_cluster, policy_name="lora-policy",
         model_template="policy-v{version}",
     ) as runner:  # fmt: skip
-        episodes = runner.run(tasks, "oracle", repeats=2, on_done=lambda ep: bump(runner))
+        episodes = runner.run(demo_tasks, "oracle", repeats=2, on_done=lambda ep: bump(runner))
     loader[0].join()
     assert all(ep.reward == 1.0 and ep.error is None for ep in episodes)
     calls = [c for ep in episodes for c in ep.calls]

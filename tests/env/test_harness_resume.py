@@ -21,34 +21,17 @@ import pytest
 
 from kvharness.cli import main
 from kvharness.env.api import EnvConfig
-from kvharness.env.harness.checkpoint import CheckpointPlan
+from kvharness.env.harness.checkpoint import Checkpointer, CheckpointPlan
 from kvharness.env.harness.client import ChatClient
-from kvharness.env.harness.demo import make_demo_suite
 from kvharness.env.harness.episode import EpisodeResult
 from kvharness.env.harness.loop import run_episode, run_episodes
 from kvharness.env.harness.record import read_rollouts
-from kvharness.env.sandbox import Limits, python_env_paths
 from kvharness.env.task import Task
 from kvharness.testing import VllmReplica
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def config(env_venv: Path) -> EnvConfig:
-    return EnvConfig(
-        max_steps=20,
-        max_submissions=3,
-        limits=Limits(timeout_s=60),
-        python_env=python_env_paths(env_venv),
-    )
-
-
-@pytest.fixture
-def tasks(tmp_path: Path) -> list[Task]:
-    return make_demo_suite(tmp_path / "suite", ("add", "clamp", "mean"))
 
 
 def _outcome(ep: EpisodeResult) -> tuple[Any, ...]:
@@ -64,16 +47,19 @@ def _outcome(ep: EpisodeResult) -> tuple[Any, ...]:
 
 
 async def test_an_interrupted_episode_resumes_to_the_same_end(
-    vllm_replicas: Sequence[VllmReplica], tasks: list[Task], config: EnvConfig, tmp_path: Path
+    vllm_replicas: Sequence[VllmReplica],
+    demo_tasks: list[Task],
+    demo_config: EnvConfig,
+    tmp_path: Path,
 ) -> None:
     replica = vllm_replicas[0]
-    task = tasks[1]
+    task = demo_tasks[1]
     plan = CheckpointPlan(tmp_path / "ckpt", every_steps=2, every_s=3600)
     async with ChatClient(replica.url, replica.model, max_tokens=8) as client:
-        whole = await run_episode(task, "oracle", client, config, episode="e/0", t0=0.0)
+        whole = await run_episode(task, "oracle", client, demo_config, episode="e/0", t0=0.0)
         ckpt = plan.for_episode("e/0")
         job = asyncio.ensure_future(
-            run_episode(task, "oracle", client, config, episode="e/0", t0=0.0, checkpoint=ckpt)
+            run_episode(task, "oracle", client, demo_config, episode="e/0", t0=0.0, checkpoint=ckpt)
         )
         while (ckpt.progress() or 0) < 5:  # killed past its fifth step, its first submission
             await asyncio.sleep(0.005)
@@ -86,7 +72,7 @@ async def test_an_interrupted_episode_resumes_to_the_same_end(
         taken = saved.state["steps"]
         assert taken in (4, 6) and taken <= killed_at < 7
         resumed = await run_episode(
-            task, "oracle", client, config, episode="e/0", t0=0.0, checkpoint=ckpt
+            task, "oracle", client, demo_config, episode="e/0", t0=0.0, checkpoint=ckpt
         )
     assert _outcome(resumed) == _outcome(whole)
     assert resumed.reward == 1.0 and [s.score for s in resumed.submissions] == [0.0, 1.0]
@@ -122,14 +108,19 @@ def _wait_for(
 
 
 def _progress(out: Path) -> list[int]:
-    return [int(p.read_text().split()[0]) for p in (out / "checkpoints").glob("*/*/progress")]
+    """The steps each episode of the run in ``out`` has taken so far."""
+    folders = (p.parent for p in (out / "checkpoints").glob("*/*/progress"))
+    return [n for f in folders if (n := Checkpointer(f).progress()) is not None]
 
 
 def test_env_run_killed_with_sigkill_resumes_every_episode(
-    vllm_replicas: Sequence[VllmReplica], tasks: list[Task], config: EnvConfig, tmp_path: Path
+    vllm_replicas: Sequence[VllmReplica],
+    demo_tasks: list[Task],
+    demo_config: EnvConfig,
+    tmp_path: Path,
 ) -> None:
     replica = vllm_replicas[0]
-    root = str(tasks[0].root.parent)
+    root = str(demo_tasks[0].root.parent)
     common = ["--agent", "oracle", "--tokenizer", "approx", "--max-tokens", "8"]
     whole = tmp_path / "whole"
     assert main(["env", "run", "--backend", replica.url, "--tasks", root, *common,
@@ -158,14 +149,14 @@ def test_env_run_killed_with_sigkill_resumes_every_episode(
 def test_an_engine_that_goes_away_mid_run_is_resumed_on_another(
     vllm_factory: Callable[..., VllmReplica],
     vllm_replicas: Sequence[VllmReplica],
-    tasks: list[Task],
+    demo_tasks: list[Task],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The engine dies under the run: the episodes in flight end with a model error, keep their
     checkpoints, and ``--resume`` (pointed at a live engine) finishes them from there."""
     doomed = vllm_factory()
-    root = str(tasks[0].root.parent)
+    root = str(demo_tasks[0].root.parent)
     out = tmp_path / "out"
     argv = ["env", "run", "--backend", doomed.url, "--tasks", root, "--agent", "oracle",
             "--tokenizer", "approx", "--max-tokens", "8", "--concurrency", "3",
@@ -190,7 +181,7 @@ def test_an_engine_that_goes_away_mid_run_is_resumed_on_another(
     live = vllm_replicas[0]
     assert main(["env", "run", "--resume", str(out), "--backend", live.url]) == 0
     done = read_rollouts(out / "rollouts.jsonl")
-    assert sorted(ep.episode for ep in done) == sorted(f"{t.id}/0" for t in tasks)
+    assert sorted(ep.episode for ep in done) == sorted(f"{t.id}/0" for t in demo_tasks)
     for ep in done:
         assert ep.error is None and ep.reward == 1.0
         assert [s.score for s in ep.submissions] == [0.0, 1.0] and ep.steps == 7
@@ -201,7 +192,10 @@ def test_an_engine_that_goes_away_mid_run_is_resumed_on_another(
 
 
 async def test_episodes_checkpoint_as_they_go_and_clear_when_recorded(
-    vllm_replicas: Sequence[VllmReplica], tasks: list[Task], config: EnvConfig, tmp_path: Path
+    vllm_replicas: Sequence[VllmReplica],
+    demo_tasks: list[Task],
+    demo_config: EnvConfig,
+    tmp_path: Path,
 ) -> None:
     replica = vllm_replicas[0]
     plan = CheckpointPlan(tmp_path / "ckpt", every_steps=1, every_s=3600)
@@ -214,7 +208,13 @@ async def test_episodes_checkpoint_as_they_go_and_clear_when_recorded(
 
     async with ChatClient(replica.url, replica.model, max_tokens=8) as client:
         episodes = await run_episodes(
-            tasks, "oracle", client, config, concurrency=3, on_done=on_done, checkpoints=plan
+            demo_tasks,
+            "oracle",
+            client,
+            demo_config,
+            concurrency=3,
+            on_done=on_done,
+            checkpoints=plan,
         )
     assert all(ep.reward == 1.0 for ep in episodes)
     # Written before every model call after the first step: the last one after step 6.

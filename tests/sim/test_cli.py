@@ -85,15 +85,15 @@ def test_calibrate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     path = tmp_path / "samples.jsonl"
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     out = tmp_path / "fit.json"
-    assert (
-        main(["sim", "calibrate", str(path), "--cluster", "1xH200:llama-3.1-8b", "--out", str(out)])
-        == 0
-    )
+    argv = ["sim", "calibrate", "--samples", str(path), "--cluster", "1xH200:llama-3.1-8b"]
+    assert main([*argv, "--out", str(out)]) == 0
     fit = json.loads(out.read_text())
     assert 0 < fit["efficiency"]["compute"] <= 1 and fit["samples"] == 8
     path.write_text('{"seconds": "x"}\n')
-    assert main(["sim", "calibrate", str(path)]) == 2
+    assert main(["sim", "calibrate", "--samples", str(path)]) == 2
     assert "samples.jsonl:1:" in capsys.readouterr().err
+    assert main(["sim", "calibrate", "--samples", str(path), str(tmp_path)]) == 2
+    assert "not both" in capsys.readouterr().err
 
 
 def test_run_default_prints_every_policy_at_each_load(
@@ -179,7 +179,8 @@ def test_calibrate_checks_out_before_fitting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "missing" / "fit.json"
-    assert main(["sim", "calibrate", str(tmp_path / "no-samples.jsonl"), "--out", str(out)]) == 2
+    samples = str(tmp_path / "no-samples.jsonl")
+    assert main(["sim", "calibrate", "--samples", samples, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"kvharness sim: error: --out {out}: the folder {out.parent} does not exist"
 

@@ -37,7 +37,7 @@ before a given time (:meth:`CostModel.decode_steps_until`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -58,6 +58,7 @@ __all__ = [
     "ModelSpec",
     "StepBatch",
     "StepCost",
+    "steps_until",
 ]
 
 _DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
@@ -459,14 +460,20 @@ class CostModel:
         self, seqs: int, ctx0: int, budget: float, k_max: int, kv0: int | None = None
     ) -> int:
         """Smallest ``m`` in ``[1, k_max]`` with ``decode_run_time(m) >= budget`` (k_max if none)."""
-        lo, hi = 1, k_max
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.decode_run_time(seqs, ctx0, mid, kv0) >= budget:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return steps_until(lambda m: self.decode_run_time(seqs, ctx0, m, kv0), budget, k_max)
+
+
+def steps_until(run_time: Callable[[int], float], budget: float, k_max: int) -> int:
+    """Smallest ``m`` in ``[1, k_max]`` with ``run_time(m) >= budget`` (``k_max`` if none), for a
+    ``run_time`` that grows with ``m``: O(log k_max) calls."""
+    lo, hi = 1, k_max
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if run_time(mid) >= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _line_sum(v0: float, slope: float, start: int, end: int) -> float:

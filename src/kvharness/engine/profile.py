@@ -34,7 +34,15 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from kvharness.engine.cost import CostModel, Deployment, Hardware, ModelSpec, StepBatch, StepCost
+from kvharness.engine.cost import (
+    CostModel,
+    Deployment,
+    Hardware,
+    ModelSpec,
+    StepBatch,
+    StepCost,
+    steps_until,
+)
 from kvharness.errors import FormatError
 
 __all__ = ["COEFFICIENTS", "PROFILE_FORMAT", "EngineProfile", "ProfileCostModel", "cost_model"]
@@ -169,14 +177,7 @@ class ProfileCostModel:
         self, seqs: int, ctx0: int, budget: float, k_max: int, kv0: int | None = None
     ) -> int:
         """Smallest ``m`` in ``[1, k_max]`` with ``decode_run_time(m) >= budget`` (k_max if none)."""
-        lo, hi = 1, k_max
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.decode_run_time(seqs, ctx0, mid, kv0) >= budget:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return steps_until(lambda m: self.decode_run_time(seqs, ctx0, m, kv0), budget, k_max)
 
     def kv_read_seconds(self, tokens: float) -> float:
         """The attention's cost of reading ``tokens`` tokens of KV once (one pair each)."""

@@ -7,9 +7,6 @@ rebuilds it.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ import pytest
 import kvharness.env.chain as chain_pkg
 from kvharness.env.chain import SMOKE_CHAIN_SUITE, ChainTask, build_chain_suite
 from kvharness.env.task import load_suite
+from kvharness.testing.suites import built_once
 
 REPO = Path(__file__).resolve().parents[3]
 CACHE = REPO / ".cache"
@@ -29,16 +27,11 @@ def chain_suite(env_venv: Path) -> list[ChainTask]:
     code = sorted(env_dir.glob("chain/*.py")) + sorted(env_dir.glob("tasks/*.py"))
     code += [env_dir / name for name in ("sandbox.py", "grading.py", "task.py", "workspace.py")]
     key = repr(SMOKE_CHAIN_SUITE).encode() + b"".join(p.read_bytes() for p in code)
-    out = CACHE / "env-test" / f"chain-smoke-{hashlib.sha256(key).hexdigest()[:12]}"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test session may be building it
-        if not (out / "suite.json").exists():
-            if out.exists():
-                shutil.rmtree(out)
-            build_chain_suite(
-                SMOKE_CHAIN_SUITE, out, venv=env_venv, cache=CACHE / "sdists", progress=False
-            )
+    out = built_once(
+        CACHE / "env-test", "chain-smoke", key,
+        lambda out: build_chain_suite(SMOKE_CHAIN_SUITE, out, venv=env_venv,
+                                      cache=CACHE / "sdists", progress=False),
+    )  # fmt: skip
     tasks = [t for t in load_suite(out) if isinstance(t, ChainTask)]
     assert tasks
     return tasks

@@ -16,7 +16,7 @@ from kvharness.env.actions import EditFile, Submit
 from kvharness.env.api import CodingEnv, EnvConfig
 from kvharness.env.chain import ChainGrader, ChainTask, Milestone
 from kvharness.env.chain.stubs import apply_stubs, make_stub
-from kvharness.env.harness.agents import make_agent
+from kvharness.env.harness.agents import play_script
 from kvharness.env.reward import RewardRule
 from kvharness.env.sandbox import Limits, python_env_paths
 from kvharness.env.task import load_task
@@ -37,13 +37,8 @@ def _config(env_venv: Path, submissions: int = 10, rule: str = "best") -> EnvCon
 
 def _play(task: ChainTask, agent: str, config: EnvConfig) -> tuple[list[float], float]:
     """Play a scripted agent's whole script; the submissions' scores and the episode reward."""
-    with CodingEnv(task, config) as env:
-        env.reset()
-        for action in make_agent(agent, task).script():
-            step = env.step(action)
-            if step.terminated or step.truncated:
-                break
-        return [s.score for s in env.submissions], env.episode_reward()
+    submissions, reward = play_script(task, agent, config)
+    return [s.score for s in submissions], reward
 
 
 def test_the_built_suite_is_a_chain_of_at_least_five_milestones(chain_task: ChainTask) -> None:

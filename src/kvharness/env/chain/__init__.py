@@ -8,7 +8,7 @@ tests, writing a suite), ``imports.py`` (the import closure the grading cache is
 
 from __future__ import annotations
 
-from kvharness.env.chain.builder import build_chain_suite
+from kvharness.env.chain.builder import build_chain_suite, ensure_chain_suite
 from kvharness.env.chain.grading import ChainGrader, ChainGradeResult, MilestoneOutcome
 from kvharness.env.chain.suite import (
     CHAIN_SUITES,
@@ -34,5 +34,6 @@ __all__ = [
     "Milestone",
     "MilestoneOutcome",
     "build_chain_suite",
+    "ensure_chain_suite",
     "load_chain_task",
 ]

@@ -24,7 +24,6 @@ changing. Deterministic for a given spec and test venv.
 from __future__ import annotations
 
 import random
-import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -47,11 +46,12 @@ from kvharness.env.tasks.builder import (
     _unpack,
     ensure_venv,
     fetch_sdist,
+    lay_out,
 )
 from kvharness.env.tasks.suite import PackageSpec
 from kvharness.errors import UserError
 
-__all__ = ["build_chain_suite", "chain_issue"]
+__all__ = ["build_chain_suite", "chain_issue", "ensure_chain_suite"]
 
 _BASELINE_CPU_S = 300
 
@@ -181,27 +181,8 @@ def _write_task(
 ) -> ChainTask:
     tree = chain.tree
     root = out / task_id
-    if root.exists():
-        shutil.rmtree(root)
     chain.write(0)
-    ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache")
-    shutil.copytree(tree, root / "repo", ignore=ignore)
-    hidden: list[str] = []
-    for rel in pkg.hidden:
-        src, agent_copy = tree / rel, root / "repo" / rel
-        if src.is_dir():
-            shutil.copytree(src, root / "hidden" / rel, ignore=ignore)
-            shutil.rmtree(agent_copy)
-            hidden += sorted(
-                p.relative_to(tree).as_posix()
-                for p in src.rglob("*")
-                if p.is_file() and "__pycache__" not in p.parts
-            )
-        else:
-            (root / "hidden" / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, root / "hidden" / rel)
-            agent_copy.unlink()
-            hidden.append(rel)
+    hidden = lay_out(tree, root, pkg)
     allow: set[str] = set()
     for f in chain.files:
         fix = root / "fix" / f
@@ -329,4 +310,14 @@ def build_chain_suite(
         "stats": {"tasks": stats.kept, "test_runs": stats.test_runs},
     }
     write_suite_index(out, ids, meta)
+    return [t for t in load_suite(out) if isinstance(t, ChainTask)]
+
+
+def ensure_chain_suite(
+    spec: ChainSuiteSpec, out: Path, *, venv: Path, cache: Path
+) -> list[ChainTask]:
+    """The chain suite ``spec`` in ``out``: loaded when ``out/suite.json`` is there, else built
+    (see :func:`build_chain_suite`; a progress bar on stderr)."""
+    if not (out / "suite.json").exists():
+        build_chain_suite(spec, out, venv=venv, cache=cache)
     return [t for t in load_suite(out) if isinstance(t, ChainTask)]

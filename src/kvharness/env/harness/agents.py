@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvharness.env.actions import (
     Action,
@@ -42,6 +42,10 @@ from kvharness.env.perf.task import SOLUTION, PerfTask
 from kvharness.env.task import AnyTask
 from kvharness.registry import Registry
 
+if TYPE_CHECKING:
+    from kvharness.env.api import EnvConfig
+    from kvharness.env.reward import Submission
+
 __all__ = [
     "AGENTS",
     "Agent",
@@ -51,6 +55,7 @@ __all__ = [
     "NoopAgent",
     "OracleAgent",
     "make_agent",
+    "play_script",
 ]
 
 
@@ -296,6 +301,26 @@ class CheatAgent(_Scripted):
             ),
             Submit(),
         ]
+
+
+def play_script(
+    task: AnyTask, agent_name: str, config: EnvConfig | None = None
+) -> tuple[list[Submission], float]:
+    """Play scripted agent ``agent_name``'s whole script on ``task`` in a blocking
+    :class:`~kvharness.env.api.CodingEnv`, no model called: its submissions and the episode's
+    reward. For checking a suite's tasks and graders."""
+    from kvharness.env.api import CodingEnv
+
+    agent = make_agent(agent_name, task)
+    if not isinstance(agent, _Scripted):
+        raise ValueError(f"agent {agent_name!r} acts on a model's replies; it has no script")
+    with CodingEnv(task, config) as env:
+        env.reset()
+        for action in agent.script():
+            step = env.step(action)
+            if step.terminated or step.truncated:
+                break
+        return list(env.submissions), env.episode_reward()
 
 
 AGENTS: Registry[Agent] = Registry(

@@ -180,7 +180,9 @@ class Checkpointer:
     def mark(self, steps: int) -> None:
         """Note that the live episode has taken ``steps`` steps (see the module docstring)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / _PROGRESS).write_text(f"{steps}\n")
+        tmp = self.folder / (_PROGRESS + ".tmp")
+        tmp.write_text(f"{steps}\n")
+        os.replace(tmp, self.folder / _PROGRESS)  # a reader never sees it half written
 
     def progress(self) -> int | None:
         """The steps the last live run of the episode had taken (None: unknown)."""

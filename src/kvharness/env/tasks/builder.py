@@ -308,16 +308,10 @@ def _try_candidate(
     return _Found(mutation, mutated, tuple(f2p), tuple(p2p), messages)
 
 
-def _write_task(
-    out: Path,
-    task_id: str,
-    pkg: PackageSpec,
-    tree: Path,
-    target: Target,
-    found: _Found,
-    import_name: str,
-) -> Task:
-    root = out / task_id
+def lay_out(tree: Path, root: Path, pkg: PackageSpec) -> list[str]:
+    """Lay ``tree`` out as a task folder's ``root`` (replaced if it exists): ``repo/`` a copy of
+    it without caches and without ``pkg``'s hidden test files, which go to ``hidden/``; the
+    hidden files' repo-relative paths."""
     if root.exists():
         shutil.rmtree(root)
     ignore = shutil.ignore_patterns("__pycache__", ".pytest_cache")
@@ -338,6 +332,20 @@ def _write_task(
             shutil.copyfile(src, root / "hidden" / rel)
             agent_copy.unlink()
             hidden.append(rel)
+    return hidden
+
+
+def _write_task(
+    out: Path,
+    task_id: str,
+    pkg: PackageSpec,
+    tree: Path,
+    target: Target,
+    found: _Found,
+    import_name: str,
+) -> Task:
+    root = out / task_id
+    hidden = lay_out(tree, root, pkg)
     (root / "repo" / target.module).write_text(found.source)
     fix = root / "fix" / target.module
     fix.parent.mkdir(parents=True, exist_ok=True)
