@@ -82,4 +82,5 @@ def test_capacity_live_and_in_the_twin(
     twin = json.loads((tmp_path / "twin" / "capacity.json").read_text())
     assert twin["capacity"] == 2 and twin["cluster"] == "1xprofile:tiny-llama"
     printed = capsys.readouterr().out
-    assert printed.count("capacity at ttft=30,speed=1: 2 concurrent sessions") == 2
+    said = "capacity at ttft=30,speed=1 (TTFT p90 <= 30 s, speed p10 >= 1 tok/s): 2 concurrent"
+    assert printed.count(said) == 2
