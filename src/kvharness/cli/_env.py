@@ -329,7 +329,17 @@ def run(args: argparse.Namespace) -> int:
             skip = {ep.episode for ep in previous}
             if cfg.ray is not None:
                 fresh = await asyncio.to_thread(
-                    _run_on_ray, cfg, model, tasks, config, out, skip, origin, on_done, plan
+                    _run_on_ray,
+                    cfg,
+                    model,
+                    tasks,
+                    config,
+                    out,
+                    skip,
+                    origin,
+                    on_done,
+                    plan,
+                    context,
                 )
             else:
                 fresh = await run_episodes(
@@ -387,9 +397,11 @@ def _run_on_ray(
     origin: float,
     on_done: Any,
     plan: Any,
+    context: Any,
 ) -> list[Any]:
     """The episodes run on the Ray cluster ``cfg.ray`` (see :mod:`.ray_runner`), each written
-    by ``on_done`` as it finishes, checkpointed as ``plan`` says."""
+    by ``on_done`` as it finishes, checkpointed as ``plan`` says, compacted as ``context``
+    says."""
     from kvharness.env.harness import ray_runner as rr
 
     try:
@@ -412,7 +424,7 @@ def _run_on_ray(
         origin=origin,
         trajectories=out / TRAJECTORIES,
         checkpoints=plan,
-        context=cfg.context(),
+        context=context,
     ) as runner:
         return runner.run(tasks, cfg.agent, repeats=cfg.repeats, skip=skip, on_done=on_done)
 

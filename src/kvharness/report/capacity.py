@@ -95,16 +95,12 @@ class Point:
 
 def measure(concurrency: int, records: Sequence[TurnRecord], tier: Tier) -> Point:
     """The :class:`Point` of a run's ``records`` against ``tier``."""
-    ok = [r for r in records if r.ok and r.first_token is not None and r.done is not None]
+    ok = [r for r in records if r.ok and r.ttft is not None]
     failed = sum(1 for r in records if not r.ok)
     if not ok:
         return Point(concurrency, float("inf"), 0.0, 0, failed, False)
-    ttft = float(np.percentile([r.first_token - r.sent for r in ok], 90))  # type: ignore[operator]
-    speeds = [
-        (r.output_tokens - 1) / (r.done - r.first_token)  # type: ignore[operator]
-        for r in ok
-        if r.output_tokens > 1 and r.done > r.first_token  # type: ignore[operator]
-    ]
+    ttft = float(np.percentile([r.ttft for r in ok], 90))
+    speeds = [1.0 / r.itl for r in ok if r.itl]
     speed = float(np.percentile(speeds, 10)) if speeds else 0.0
     meets = failed == 0 and ttft <= tier.ttft_p90_s and speed >= tier.speed_tok_s
     return Point(concurrency, ttft, speed, len(ok), failed, meets)

@@ -43,9 +43,9 @@ def _usable(run: BenchRun) -> list[tuple[str, int, float | None, float]]:
     """(session, turn, TTFT, end-to-end) of each turn measured ok; TTFT None where its first
     token's time was not observed (:func:`~.twin.lumped`)."""
     return [
-        (r.session, r.turn, None if lumped(r) else r.first_token - r.sent, r.done - r.sent)
+        (r.session, r.turn, None if lumped(r) else r.ttft, r.e2e)
         for r in run.records
-        if r.ok and r.first_token is not None and r.done is not None and r.done > r.sent
+        if r.ok and r.ttft is not None and r.e2e is not None and r.e2e > 0
     ]
 
 
@@ -59,12 +59,12 @@ def loss(runs: Sequence[BenchRun], profile: EngineProfile) -> float:
         for sid, ti, ttft, e2e in _usable(run):
             p = predicted.get((sid, ti))
             n += 1
-            if p is None or not p.ok or p.first_token is None or p.done is None:
+            if p is None or not p.ok or p.ttft is None or p.e2e is None:
                 total += 25.0
                 continue
             if ttft is not None:
-                total += math.log(max(p.first_token - p.sent, 1e-6) / max(ttft, 1e-6)) ** 2
-            total += math.log(max(p.done - p.sent, 1e-6) / max(e2e, 1e-6)) ** 2
+                total += math.log(max(p.ttft, 1e-6) / max(ttft, 1e-6)) ** 2
+            total += math.log(max(p.e2e, 1e-6) / max(e2e, 1e-6)) ** 2
     if n == 0:
         raise UserError("no turn measured ok in the calibration runs")
     return total / n
@@ -78,21 +78,21 @@ def initial_guess(runs: Sequence[BenchRun], base: EngineProfile) -> EngineProfil
     ttfts, itls, per_token = [], [], []
     for run in runs:
         for r in run.records:
-            if not r.ok or r.first_token is None or r.done is None or lumped(r):
+            if not r.ok or r.ttft is None or lumped(r):
                 continue
-            ttfts.append(r.first_token - r.sent)
-            if r.output_tokens > 1:
-                itls.append((r.done - r.first_token) / (r.output_tokens - 1))
+            ttfts.append(r.ttft)
+            if r.itl is not None:
+                itls.append(r.itl)
     if not ttfts:
         raise UserError("no turn measured ok in the calibration runs")
     t_min = float(np.percentile(ttfts, 5))
     itl = float(np.percentile(itls, 5)) if itls else t_min / 2
     for run in runs:
         for r in run.records:
-            if r.ok and r.first_token is not None and not lumped(r):
+            if r.ok and r.ttft is not None and not lumped(r):
                 fresh = r.prompt_tokens - (r.cached_tokens or 0)
                 if fresh > 64:
-                    per_token.append(max(0.0, r.first_token - r.sent - t_min) / fresh)
+                    per_token.append(max(0.0, r.ttft - t_min) / fresh)
     token = float(np.median(per_token)) if per_token else 1e-5
     return base.with_coefficients(
         [

@@ -210,11 +210,11 @@ def lumped(r: TurnRecord) -> bool:
 
 
 def _e2e(r: TurnRecord) -> float:
-    return max(1e-6, (r.done or r.sent) - r.sent)
+    return max(1e-6, r.e2e or 0.0)
 
 
 def _ttft(r: TurnRecord) -> float:
-    return max(1e-6, (r.first_token or r.sent) - r.sent)
+    return max(1e-6, r.ttft or 0.0)
 
 
 def blame(pair: TurnPair, block_size: int) -> str:

@@ -32,10 +32,9 @@ def render_twin(name: str, pairs: Sequence[TurnPair], summary: TwinSummary) -> s
         for p in pairs:
             m, q = p.measured, p.predicted
             if which == "e2e":
-                x, y = (m.done or m.sent) - m.sent, (q.done or q.sent) - q.sent
+                x, y = m.e2e or 0.0, q.e2e or 0.0
             else:
-                x = (m.first_token or m.sent) - m.sent
-                y = (q.first_token or q.sent) - q.sent
+                x, y = m.ttft or 0.0, q.ttft or 0.0
             out.append((x, y, f"{p.session} turn {p.turn}: measured {x:.3f} s, twin {y:.3f} s"))
         return out
 
