@@ -11,16 +11,18 @@ no import, frame or exit machinery, no code built at run time; a finding scores 
    (``numpy.allclose`` with the task's tolerances for floats, exactly for integers, same shapes).
    The reference's outputs never enter the candidate's sandbox, and the reference's code is not
    there either: the candidate cannot read the expected outputs nor call the grader's reference;
-2. **speed, in rounds:** each round starts a fresh process of each side, in alternating order,
-   with a fresh seed; each times ``calls`` calls, each on inputs of its own (a cache across calls
-   never hits), after one untimed warm-up call. The clock is the grader's, outside the sandbox:
-   it sends ``G nonce`` and stops its clock when ``D nonce`` comes back (``_runner.py``), so a
-   candidate that patches its process's timer, or writes to the channel, changes nothing or
-   breaks the exchange (scored 0 as tampered). The outputs of the timed calls are checked against
-   the reference's too, so a candidate cannot tell timing inputs from test inputs and cut
-   corners on them. A round's ratio is the reference's median call time over the candidate's;
-   rounds go on until the 95% interval of the speedup is tight, decided, or the budget is spent
-   (:class:`~kvharness.env.perf.stats.TimingPolicy`);
+2. **speed, in rounds:** each round starts a fresh process of each side with a fresh seed; each
+   makes ``calls`` inputs of its own (a cache across calls never hits) and one untimed warm-up
+   call, then the two sides' timed calls are taken in turn, the side that went first going
+   second the next time. Whatever a moment of a shared machine costs (another process's burst, a
+   CPU clocking up) so falls on a call of each side, not on one side's whole run. The clock is
+   the grader's, outside the sandbox: it sends ``G nonce`` and stops its clock when ``D nonce``
+   comes back (``_runner.py``), so a candidate that patches its process's timer, or writes to
+   the channel, changes nothing or breaks the exchange (scored 0 as tampered). The outputs of
+   the timed calls are checked against the reference's too, so a candidate cannot tell timing
+   inputs from test inputs and cut corners on them. A round's ratio is the reference's median
+   call time over the candidate's; rounds go on until the 95% interval of the speedup is tight,
+   decided, or the budget is spent (:class:`~kvharness.env.perf.stats.TimingPolicy`);
 3. **score:** 0 unless correct; else the interval's lower end on a log scale from 1.05x (0) to
    the task's target (1): a correct solution faster than the reference but short of the target
    gets partial credit, one no faster gets 0 (``stats.py`` says why 1.05x and why rounds come in
@@ -48,7 +50,7 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -227,6 +229,46 @@ class _Channel:
                     pipe.close()
 
 
+class _Process:
+    """One side's process for a ``with`` block. A broken exchange inside :meth:`speaking` is
+    said as that side's: the reference's is the task's fault (``RuntimeError``), the
+    candidate's a :class:`_Broken` that carries its stderr's tail."""
+
+    def __init__(self, grader: PerfGrader, side: _Side, runner: Path) -> None:
+        self.side = side
+        self.task_id = grader.task.id
+        self.ch = grader._open(side, runner)
+
+    def __enter__(self) -> _Process:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.ch.close()
+
+    @contextlib.contextmanager
+    def speaking(self) -> Iterator[_Channel]:
+        try:
+            yield self.ch
+        except _Broken as err:
+            tail = self.ch.stderr_tail()
+            if self.side.name == "reference":
+                raise RuntimeError(
+                    f"task {self.task_id}: the reference's process failed: {err}; its stderr "
+                    f"ends: {tail[-1000:]}"
+                ) from err
+            tail = tail[-300:].strip()
+            text = f"{err}" + (f" (its stderr ends: {tail})" if tail and not err.forged else "")
+            raise _Broken(text, forged=err.forged) from err
+
+    def quit(self) -> str:
+        """Ask the process to exit, give it 10 s; its stderr's tail."""
+        with self.speaking() as ch:
+            ch.send("quit\n")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.ch.proc.wait(timeout=10.0)
+        return self.ch.stderr_tail()
+
+
 _Outputs = list[str | tuple[np.ndarray[Any, Any], ...]]
 """Per case: an error message, or the output's arrays."""
 
@@ -402,68 +444,73 @@ class PerfGrader:
             raise _Broken("its outputs are too large", forged=True)
         return _unpack(ch.read(n, deadline))
 
-    def _session(self, side: _Side, runner: Path, work: Any) -> tuple[Any, str]:
-        """Start a process of ``side``, run ``work(channel)``, end it; returns what ``work``
-        returned and the process's stderr tail."""
-        ch = self._open(side, runner)
-        try:
-            result = work(ch)
-            ch.send("quit\n")
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                ch.proc.wait(timeout=10.0)
-            return result, ch.stderr_tail()
-        except _Broken as err:
-            if side.name == "reference":
-                raise RuntimeError(
-                    f"task {self.task.id}: the reference's process failed: {err}; its stderr "
-                    f"ends: {ch.stderr_tail()[-1000:]}"
-                ) from err
-            tail = ch.stderr_tail()[-300:].strip()
-            text = f"{err}" + (f" (its stderr ends: {tail})" if tail and not err.forged else "")
-            raise _Broken(text, forged=err.forged) from err
-        finally:
-            ch.close()
-
     def _cases(self, side: _Side, runner: Path, seed: int) -> tuple[_Outputs, str]:
-        def work(ch: _Channel) -> _Outputs:
-            ch.send(f"cases {seed}\n")
-            return self._outputs(ch, time.perf_counter() + self.task.timeout_s)
+        with _Process(self, side, runner) as proc:
+            with proc.speaking() as ch:
+                ch.send(f"cases {seed}\n")
+                out = self._outputs(ch, time.perf_counter() + self.task.timeout_s)
+            return out, proc.quit()
 
-        out, log = self._session(side, runner, work)
-        return out, log
-
-    def _timed(
-        self, side: _Side, runner: Path, seed: int, call_limit_s: float
-    ) -> tuple[list[float], _Outputs]:
+    def _round(
+        self, cand: _Side, ref: _Side, runner: Path, seed: int, index: int, ref_known: list[float]
+    ) -> tuple[list[float], _Outputs, list[float], _Outputs]:
+        """One round: a fresh process of each side, both started, then their timed calls taken
+        in turn, call by call, whichever side went first going second the next time (round
+        ``index`` starts with the reference when even). Returns the reference's call times and
+        outputs, then the candidate's. ``ref_known``: the reference's call times so far, which
+        bound how long a candidate's call may take."""
         task = self.task
+        with _Process(self, ref, runner) as rp, _Process(self, cand, runner) as cp:
+            began = time.perf_counter()
+            for proc in (rp, cp):
+                with proc.speaking() as ch:
+                    ch.send(f"time {seed} {task.calls}\n")
+            with rp.speaking() as ch:
+                self._ready(ch, began + task.timeout_s)
+            # Before any reference call is timed, its start-up and warm-up call bound one.
+            known = ref_known or [time.perf_counter() - began]
+            with cp.speaking() as ch:
+                self._ready(ch, began + min(task.timeout_s, _STARTUP_S + self._limit(known)))
+            times: dict[str, list[float]] = {ref.name: [], cand.name: []}
+            outs: dict[str, _Outputs] = {ref.name: [], cand.name: []}
+            for i in range(task.calls):
+                for proc in (rp, cp) if (index + i) % 2 == 0 else (cp, rp):
+                    if proc is rp:
+                        limit = task.timeout_s
+                    else:
+                        limit = self._limit(ref_known + times[ref.name])
+                    with proc.speaking() as ch:
+                        took, out = self._call(ch, limit)
+                    times[proc.side.name].append(took)
+                    outs[proc.side.name] += out
+            rp.quit()
+            cp.quit()
+        return times[ref.name], outs[ref.name], times[cand.name], outs[cand.name]
 
-        def work(ch: _Channel) -> tuple[list[float], _Outputs]:
-            ch.send(f"time {seed} {task.calls}\n")
-            ready = min(task.timeout_s, _STARTUP_S + call_limit_s)  # start-up and the warm-up call
-            if ch.line(time.perf_counter() + ready) != ["R"]:
-                raise _Broken(_FORGED, forged=True)
-            times: list[float] = []
-            outs: _Outputs = []
-            for _ in range(task.calls):
-                nonce = secrets.token_hex(8)
-                t0 = time.perf_counter()
-                ch.send(f"G {nonce}\n")
-                reply = ch.line(t0 + call_limit_s)
-                t1 = time.perf_counter()
-                if reply != ["D", nonce]:
-                    raise _Broken(
-                        "a reply in the timing exchange was not the runner's", forged=True
-                    )
-                times.append(t1 - t0)
-                out = self._outputs(ch, time.perf_counter() + task.timeout_s)
-                if len(out) != 1:
-                    raise _Broken(_FORGED, forged=True)
-                outs += out
-            return times, outs
+    @staticmethod
+    def _limit(ref_times: list[float]) -> float:
+        """How long a candidate's call may take, given the reference's call times."""
+        return max(_MIN_CALL_S, _CALL_SLACK * statistics.median(ref_times))
 
-        result, _ = self._session(side, runner, work)
-        times, outs = result
-        return times, outs
+    @staticmethod
+    def _ready(ch: _Channel, deadline: float) -> None:
+        if ch.line(deadline) != ["R"]:
+            raise _Broken(_FORGED, forged=True)
+
+    def _call(self, ch: _Channel, limit_s: float) -> tuple[float, _Outputs]:
+        """One timed call: the grader's clock around ``G nonce`` / ``D nonce``, then the
+        call's output."""
+        nonce = secrets.token_hex(8)
+        t0 = time.perf_counter()
+        ch.send(f"G {nonce}\n")
+        reply = ch.line(t0 + limit_s)
+        took = time.perf_counter() - t0
+        if reply != ["D", nonce]:
+            raise _Broken("a reply in the timing exchange was not the runner's", forged=True)
+        out = self._outputs(ch, time.perf_counter() + self.task.timeout_s)
+        if len(out) != 1:
+            raise _Broken(_FORGED, forged=True)
+        return took, out
 
     # -- grading ------------------------------------------------------------------------------
 
@@ -516,26 +563,19 @@ class PerfGrader:
         ratios: list[float] = []
         ref_med: list[float] = []
         cand_med: list[float] = []
+        ref_all: list[float] = []
         began = time.perf_counter()
         while True:
-            round_seed = secrets.randbits(63)
             try:
-                # The first round starts with the reference, so the candidate's calls always
-                # have a measured reference call to be held to.
-                order = (ref, cand) if len(ratios) % 2 == 0 else (cand, ref)
-                runs: dict[str, tuple[list[float], _Outputs]] = {}
-                for side in order:
-                    limit = task.timeout_s
-                    if side is cand:
-                        known = ref_med or [statistics.median(runs["reference"][0])]
-                        limit = max(_MIN_CALL_S, _CALL_SLACK * statistics.median(known))
-                    runs[side.name] = self._timed(side, runner, round_seed, limit)
+                ref_times, ref_out, cand_times, cand_out = self._round(
+                    cand, ref, runner, secrets.randbits(63), len(ratios), ref_all
+                )
             except _Broken as err:
                 return self._broken(start, err)
-            (ref_times, ref_out), (cand_times, cand_out) = runs["reference"], runs["candidate"]
             why = _compare(ref_out, cand_out, task.rtol, task.atol, "timed call")
             if why is not None:
                 return self._result(start, False, problem=why, log=log)
+            ref_all += ref_times
             ref_med.append(statistics.median(ref_times))
             cand_med.append(statistics.median(cand_times))
             ratios.append(ref_med[-1] / max(cand_med[-1], 1e-9))

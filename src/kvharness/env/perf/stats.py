@@ -8,10 +8,11 @@ the mean log ratio. The score pays only what the rounds prove: the interval's lo
 scale between ``TimingPolicy.min_speedup`` (score 0) and the task's target speedup (score 1). A
 wide interval (a noisy machine, few rounds) pays less than a tight one at the same estimate.
 
-Rounds alternate which side runs first, and a grading stops only after an even number of them,
-so that whatever the first process of a round pays (a cold cache, a CPU clocking up) falls on
-each side alike. What is left is chance: one grading in twenty has its interval wholly above the
-truth. ``min_speedup`` (5%) keeps that from paying a candidate no faster than the reference: the
+Within a round the two sides' calls are taken in turn, and which side goes first alternates call
+by call and round by round (a grading stops only after an even number of rounds), so that
+whatever a moment of the machine costs (another process's burst, a CPU clocking up, a cold
+cache) falls on each side alike. What is left is chance: one grading in forty has its interval
+wholly above the truth. ``min_speedup`` (5%) keeps that from paying a candidate no faster than the reference: the
 spread of an identical pair on this machine is a few percent (``benchmarks/perf_env.py``).
 """
 
