@@ -79,8 +79,9 @@ def register(subparsers: Any) -> None:
     run_group.add_argument(
         "--reset-cache",
         action="store_true",
-        help="reset the servers' prefix caches before the run (vLLM's dev-mode "
-        "/reset_prefix_cache), so it starts cold: what kvharness sim --twin replays",
+        help="reset the engines' prefix caches before the run (vLLM's dev-mode "
+        "/reset_prefix_cache; the --metrics-url engines behind a router, else each --backend), "
+        "so it starts cold: what kvharness sim --twin replays",
     )
     run_group.add_argument(
         "--csv",
@@ -213,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
         for mode in modes:
             mcfg = dataclasses.replace(cfg, mode=mode, label=cfg.label or mode)
             if args.reset_cache or (len(modes) > 1 and not args.no_reset_cache):
-                for t in mcfg.backends:
+                for t in mcfg.scraped:
                     if not reset_prefix_cache(t):
                         console.print(
                             f"[yellow]{t} offers no /reset_prefix_cache: the {mode} pass may start "

@@ -90,8 +90,8 @@ def run_bench_capacity(args: argparse.Namespace, config: Callable[[int], Any]) -
 
     def evaluate(n: int) -> Any:
         cfg = config(n)
-        for b in cfg.backends:
-            reset_prefix_cache(b)
+        for engine in cfg.scraped:
+            reset_prefix_cache(engine)
         result = run_bench(cfg, out / f"c{n}")
         point = measure(n, result.records, tier)
         print(
