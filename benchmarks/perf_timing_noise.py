@@ -3,7 +3,8 @@
 Builds one bundled task (``--task``, default softmax) and grades the unchanged reference (noop:
 the true speedup is 1) and the task's correct-but-slower solution ``--repeats`` times each, while
 ``--load`` processes spin the CPU in bursts (on and off for exponential spells of mean
-``--burst-s``): the load a shared CI machine puts on the timings. Prints, per solution, the
+``--burst-s``; 0 spins without pause, as an idle vLLM-CPU engine does): the load a shared CI
+machine puts on the timings. Prints, per solution, the
 speedup estimates' mean, min, max and coefficient of variation, the intervals' mean relative
 half-width, the largest lower end, the scores and how many gradings paid anything. A noop that
 is paid is a false positive: the figure the grader's design (``env/perf/stats.py``) must keep
@@ -31,6 +32,8 @@ from kvharness.env.perf.verify import grade_solution
 
 def _bursts(seed: int, burst_s: float) -> None:
     rng = random.Random(seed)
+    while burst_s <= 0:  # steady: as an idle vLLM-CPU engine polls
+        pass
     while True:
         until = time.perf_counter() + rng.expovariate(1 / burst_s)
         while time.perf_counter() < until:
@@ -43,7 +46,9 @@ def main() -> int:
     parser.add_argument("--task", default="softmax", help="bundled task id")
     parser.add_argument("--repeats", type=int, default=10, help="gradings per solution")
     parser.add_argument("--load", type=int, default=1, help="bursty CPU-spinning processes")
-    parser.add_argument("--burst-s", type=float, default=0.5, help="mean spell, on or off")
+    parser.add_argument(
+        "--burst-s", type=float, default=0.5, help="mean spell, on or off (0: always on)"
+    )
     args = parser.parse_args()
     loads = [
         mp.Process(target=_bursts, args=(i, args.burst_s), daemon=True) for i in range(args.load)

@@ -72,6 +72,8 @@ def _appended(code: str) -> str:
         ("cells = add.__closure__\n", ".__closure__"),
         ("code = add.__code__\n", ".__code__"),
         ("m = os.sys.modules\n", "sys.modules"),
+        ("os.sched_setaffinity(0, {1})\n", "os.sched_setaffinity"),
+        ("os.nice(-5)\n", "os.nice"),
     ],
 )
 def test_each_forbidden_construct_is_found_with_file_and_line(code: str, key: str) -> None:

@@ -42,6 +42,7 @@ _IMPORT = "reaches the import machinery"
 _FRAMES = "inspects frames, objects or the call stack"
 _PROCESS = "controls processes or threads that can outlive a test"
 _DYNAMIC = "runs code built at run time, which cannot be checked"
+_SCHED = "changes how the system schedules it (a timed call runs where the grader put it)"
 
 FORBIDDEN: dict[str, str] = {
     # test framework
@@ -115,6 +116,12 @@ FORBIDDEN: dict[str, str] = {
     "os.posix_spawn": _PROCESS,
     "os.execv": _PROCESS,
     "os.execve": _PROCESS,
+    # scheduling
+    "os.sched_setaffinity": _SCHED,
+    "os.sched_setscheduler": _SCHED,
+    "os.sched_setparam": _SCHED,
+    "os.setpriority": _SCHED,
+    "os.nice": _SCHED,
     # dynamic code
     "exec": _DYNAMIC,
     "eval": _DYNAMIC,

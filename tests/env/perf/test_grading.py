@@ -140,3 +140,16 @@ def test_inputs_are_fresh_for_every_grading(perf_task, tmp_path):
     g = grade_solution(PerfGrader(perf_task, policy=QUICK), spy)
     assert not g.correct  # the second case in the same process sees its own note
     assert not (perf_task.repo_dir / "seen.txt").exists()
+
+
+def test_a_rounds_timed_calls_run_pinned_to_one_cpu(grader):
+    """Both sides of a round run on the same one CPU, so a busier CPU slows both alike: this
+    candidate raises on a timed call (the large inputs) unless it is pinned to one CPU."""
+    pinned = "import os\n\n" + FAST.replace(
+        "def row_sq(x):\n",
+        "def row_sq(x):\n"
+        "    if x.size > 10_000 and len(os.sched_getaffinity(0)) != 1:\n"
+        "        raise RuntimeError('not pinned')\n",
+    )
+    g = grade_solution(grader, pinned)
+    assert g.correct and g.score == 1.0, g.summary()

@@ -1,8 +1,9 @@
 """Runs one side of a performance grading inside its sandbox: the reference or the candidate.
 
 Copied by the grader into a folder mounted read-only, and run as
-``python -I _runner.py MODULE INPUTS FUNCTION BACKEND``: ``MODULE`` is the file under test,
-``INPUTS`` the task's input generators. Standard library and numpy only (plus torch for the
+``python -I _runner.py MODULE INPUTS FUNCTION BACKEND [CPU]``: ``MODULE`` is the file under test,
+``INPUTS`` the task's input generators, ``CPU`` the one CPU the process runs on (pinned before
+the module is loaded; the grader puts both sides of a round on the same one). Standard library and numpy only (plus torch for the
 ``triton`` backend), so that it runs in any task environment.
 
 The grader speaks to it over stdin / stdout, one line per message; the candidate's own output is
@@ -73,6 +74,8 @@ class _Npz:
 
 def main() -> None:
     module_path, inputs_path, function, backend = sys.argv[1:5]
+    if len(sys.argv) > 5:
+        os.sched_setaffinity(0, {int(sys.argv[5])})
     channel_in = os.fdopen(os.dup(0), "rb", buffering=0)
     channel_out = os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)

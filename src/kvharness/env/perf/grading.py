@@ -11,18 +11,20 @@ no import, frame or exit machinery, no code built at run time; a finding scores 
    (``numpy.allclose`` with the task's tolerances for floats, exactly for integers, same shapes).
    The reference's outputs never enter the candidate's sandbox, and the reference's code is not
    there either: the candidate cannot read the expected outputs nor call the grader's reference;
-2. **speed, in rounds:** each round starts a fresh process of each side with a fresh seed; each
-   makes ``calls`` inputs of its own (a cache across calls never hits) and one untimed warm-up
-   call, then the two sides' timed calls are taken in turn, the side that went first going
-   second the next time. Whatever a moment of a shared machine costs (another process's burst, a
-   CPU clocking up) so falls on a call of each side, not on one side's whole run. The clock is
-   the grader's, outside the sandbox: it sends ``G nonce`` and stops its clock when ``D nonce``
-   comes back (``_runner.py``), so a candidate that patches its process's timer, or writes to
-   the channel, changes nothing or breaks the exchange (scored 0 as tampered). The outputs of
-   the timed calls are checked against the reference's too, so a candidate cannot tell timing
-   inputs from test inputs and cut corners on them. A round's ratio is the reference's median
-   call time over the candidate's; rounds go on until the 95% interval of the speedup is tight,
-   decided, or the budget is spent (:class:`~kvharness.env.perf.stats.TimingPolicy`);
+2. **speed, in rounds:** each round starts a fresh process of each side with a fresh seed, both
+   pinned to the same CPU (rounds take this host's CPUs in turn; the scan forbids a candidate to
+   change its scheduling); each makes ``calls`` inputs of its own (a cache across calls never
+   hits) and one untimed warm-up call, then the two sides' timed calls are taken in turn, the
+   side that went first going second the next time. Whatever a moment of a shared machine costs
+   (another process's burst, a CPU clocking up, a busier CPU) so falls on a call of each side,
+   not on one side's whole run. The clock is the grader's, outside the sandbox: it sends ``G
+   nonce`` and stops its clock when ``D nonce`` comes back (``_runner.py``), so a candidate that
+   patches its process's timer, or writes to the channel, changes nothing or breaks the exchange
+   (scored 0 as tampered). The outputs of the timed calls are checked against the reference's
+   too, so a candidate cannot tell timing inputs from test inputs and cut corners on them. A
+   round's ratio is the reference's median call time over the candidate's; rounds go on until
+   the 95% interval of the speedup is tight, decided, or the budget is spent
+   (:class:`~kvharness.env.perf.stats.TimingPolicy`);
 3. **score:** 0 unless correct; else the interval's lower end on a log scale from 1.05x (0) to
    the task's target (1): a correct solution faster than the reference but short of the target
    gets partial credit, one no faster gets 0 (``stats.py`` says why 1.05x and why rounds come in
@@ -85,6 +87,8 @@ _CALL_SLACK = 10.0
 """A candidate's timed call may take this many times the reference's median call (and at least
 ``_MIN_CALL_S``) before the grading gives up on it."""
 _MIN_CALL_S = 5.0
+_CPUS = sorted(os.sched_getaffinity(0))
+"""The CPUs timed processes are pinned to, a round's two on the same one."""
 _STARTUP_S = 20.0
 """Seconds a timing process has to start, import and make its inputs, besides its warm-up call."""
 
@@ -234,10 +238,12 @@ class _Process:
     said as that side's: the reference's is the task's fault (``RuntimeError``), the
     candidate's a :class:`_Broken` that carries its stderr's tail."""
 
-    def __init__(self, grader: PerfGrader, side: _Side, runner: Path) -> None:
+    def __init__(
+        self, grader: PerfGrader, side: _Side, runner: Path, cpu: int | None = None
+    ) -> None:
         self.side = side
         self.task_id = grader.task.id
-        self.ch = grader._open(side, runner)
+        self.ch = grader._open(side, runner, cpu)
 
     def __enter__(self) -> _Process:
         return self
@@ -410,7 +416,7 @@ class PerfGrader:
             (cand / SOLUTION).write_bytes(data)
         return _Side(cand, "candidate"), _Side(ref, "reference"), runner, data
 
-    def _open(self, side: _Side, runner: Path) -> _Channel:
+    def _open(self, side: _Side, runner: Path, cpu: int | None = None) -> _Channel:
         sandbox = Sandbox(
             side.repo,
             ro_paths=(runner, *self.python_env),
@@ -427,6 +433,7 @@ class PerfGrader:
             str(runner / "inputs.py"),
             self.task.function,
             self.task.backend,
+            *([] if cpu is None else [str(cpu)]),
         ]
         env = dict(_ENV)
         if self.task.backend == "triton" and not self.devices:
@@ -454,13 +461,15 @@ class PerfGrader:
     def _round(
         self, cand: _Side, ref: _Side, runner: Path, seed: int, index: int, ref_known: list[float]
     ) -> tuple[list[float], _Outputs, list[float], _Outputs]:
-        """One round: a fresh process of each side, both started, then their timed calls taken
-        in turn, call by call, whichever side went first going second the next time (round
-        ``index`` starts with the reference when even). Returns the reference's call times and
+        """One round: a fresh process of each side, both pinned to the same CPU (the round's
+        in turn of those this process may use: wherever the machine is busier, both sides are),
+        both started, then their timed calls taken in turn, call by call, whichever side went
+        first going second the next time (round ``index`` starts with the reference when even). Returns the reference's call times and
         outputs, then the candidate's. ``ref_known``: the reference's call times so far, which
         bound how long a candidate's call may take."""
         task = self.task
-        with _Process(self, ref, runner) as rp, _Process(self, cand, runner) as cp:
+        cpu = _CPUS[index % len(_CPUS)]
+        with _Process(self, ref, runner, cpu) as rp, _Process(self, cand, runner, cpu) as cp:
             began = time.perf_counter()
             for proc in (rp, cp):
                 with proc.speaking() as ch:
