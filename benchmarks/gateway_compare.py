@@ -261,7 +261,7 @@ def run_router(
                  "--tokenizer", str(model if args.model == "vlm" else model / "tokenizer.json"),
                  "--model", reps[0].model,
                  "--concurrency", str(args.concurrency), "--time-scale", str(args.time_scale),
-                 "--out", str(run_dir), "--label", name, "--no-progress", "--no-metrics",
+                 "--out", str(run_dir), "--label", name, "--no-progress",
                  "--engine-block-size", str(reps[0].block_size),
                  "--prompt-format", args.prompt_format]  # fmt: skip
         if args.model == "vlm":
@@ -269,6 +269,8 @@ def run_router(
             bench += ["--image-wrap-tokens", "0", "--screens", str(args.screens)]
         if args.max_sessions:
             bench += ["--max-sessions", str(args.max_sessions)]
+        for r in reps:  # the engines' cache config and counters, for the run's twin
+            bench += ["--metrics-url", r.url]
         print(f"[{run_dir.name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
         before = [engine_counters(r) for r in reps]
         sched0 = session_sched_seconds(proc.pid)

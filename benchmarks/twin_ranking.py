@@ -1,0 +1,208 @@
+"""Does the digital twin rank the routers as the live replicas do?
+
+    .venv/bin/python benchmarks/twin_ranking.py --out DIR [-- GATEWAY_COMPARE_OPTIONS...]
+    .venv/bin/python benchmarks/twin_ranking.py --from DIR
+
+Runs ``benchmarks/gateway_compare.py --out DIR`` with the options after ``--`` (or reads the
+runs of an earlier one with ``--from``), then:
+
+1. **calibrates** an engine profile (``kvharness sim calibrate``) on the runs of one router,
+   ``--calibrate-on`` (default ``round_robin``: its placement depends on nothing the twin could
+   get wrong), so that whatever this machine adds to every run (replicas sharing its cores, the
+   bench and the router beside them) is in the profile;
+2. **twins** every router's runs on that profile, each router modelled by the kvharness policy
+   that reproduces it (``--model ROUTER=POLICY``; defaults below) on as many replicas as the
+   live run had;
+3. prints per router, pooled over rounds and over the sessions every live run completed: the
+   live mean session makespan (and each round's), the predicted one, the cached-token ratio of
+   each, each router's margin over the best one, and the two rankings. The calibration
+   router's own row is fitted, the others are held out. The twin is held to the pairs of
+   routers that every live round puts in the same order: a pair the rounds themselves order
+   differently is within this machine's noise, and no twin can be wrong about it.
+
+Default models: ``kvharness`` -> ``agent_aware`` (the gateway runs that very policy),
+``round_robin`` -> ``round_robin``, ``sglang`` -> ``sglang_cache_aware`` (sglang-router's
+cache_aware policy re-implemented from its source), ``vllm`` -> ``dynamo_kv`` (vllm-router's
+kv_aware picks the replica holding the most of the prompt's blocks by KV events, with load
+breaking ties; ``dynamo_kv`` is the kvharness policy of that family, so its row is an
+approximation and said so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from kvharness.engine.profile import EngineProfile
+from kvharness.report.metrics import summarise
+from kvharness.report.records import TurnRecord
+from kvharness.sim.twin import BenchRun, load_run, twin_simulation
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = {
+    "kvharness": "agent_aware",
+    "round_robin": "round_robin",
+    "sglang": "sglang_cache_aware",
+    "vllm": "dynamo_kv",
+}
+APPROXIMATE = {"vllm"}
+_RUN = re.compile(r"^run-(?P<router>.+)-(?P<round>\d+)$")
+
+
+def completed(records: Sequence[TurnRecord]) -> set[str]:
+    """Sessions whose every turn succeeded in the end."""
+    last: dict[str, TurnRecord] = {}
+    for r in records:
+        last[r.session] = r
+    return {s for s, r in last.items() if r.error is None}
+
+
+def replicas_of(folder: Path) -> int:
+    logs = folder / "vllm-logs"
+    n = len(list(logs.glob("*.log"))) if logs.is_dir() else 0
+    if not n:
+        raise SystemExit(f"{folder}: cannot tell how many replicas served (no vllm-logs/*.log)")
+    return n
+
+
+def calibrate(runs: Sequence[Path], policy: str, replicas: int, out: Path) -> EngineProfile:
+    cmd = [sys.executable, "-m", "kvharness", "sim", "calibrate", *map(str, runs),
+           "--router", policy, "--replicas", str(replicas), "--out", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"calibration failed: {done.stderr[-1500:]}")
+    return EngineProfile.load(out)
+
+
+def mean_makespan(records: Sequence[TurnRecord]) -> float:
+    """Mean session makespan (a session's first send to its last turn's end)."""
+    m = summarise(records).makespan.mean
+    assert m is not None
+    return m
+
+
+def rank(values: dict[str, float]) -> list[str]:
+    return sorted(values, key=values.__getitem__)
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    passthrough: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1 :]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, help="where gateway_compare.py writes its runs")
+    ap.add_argument("--from", dest="source", type=Path, help="an earlier gateway_compare --out")
+    ap.add_argument("--calibrate-on", default="round_robin", help="the router fitted to")
+    ap.add_argument("--model", action="append", default=[], metavar="ROUTER=POLICY",
+                    help="the kvharness policy a router's twin routes with")  # fmt: skip
+    args = ap.parse_args(argv)
+    models = dict(MODELS)
+    for spec in args.model:
+        router, _, policy = spec.partition("=")
+        models[router] = policy
+    if args.source is None:
+        if args.out is None:
+            ap.error("give --out (to run gateway_compare.py) or --from")
+        t0 = time.perf_counter()
+        cmd = [sys.executable, str(REPO / "benchmarks" / "gateway_compare.py"),
+               "--out", str(args.out), *passthrough]  # fmt: skip
+        subprocess.run(cmd, check=True)
+        print(f"live runs: {time.perf_counter() - t0:.0f} s\n")
+        folder = args.out
+    else:
+        folder = args.source
+    replicas = replicas_of(folder)
+    dirs: dict[str, list[Path]] = defaultdict(list)
+    for d in sorted(folder.iterdir()):
+        m = _RUN.match(d.name)
+        if m and (d / "records.jsonl").is_file():
+            dirs[m["router"]].append(d)
+    if args.calibrate_on not in dirs:
+        raise SystemExit(f"{folder}: no runs of {args.calibrate_on!r} to calibrate on")
+    unmodelled = sorted(r for r in dirs if r not in models)
+    if unmodelled:
+        print(f"not modelled (no --model): {', '.join(unmodelled)}")
+    t0 = time.perf_counter()
+    profile = calibrate(
+        dirs[args.calibrate_on], models[args.calibrate_on], replicas, folder / "profile.json"
+    )
+    fit_s = time.perf_counter() - t0
+    runs: dict[str, list[BenchRun]] = {
+        router: [load_run(d, router=models[router], replicas=replicas) for d in ds]
+        for router, ds in dirs.items()
+        if router in models
+    }
+    common = set.intersection(*(completed(r.records) for v in runs.values() for r in v))
+    live: dict[str, tuple[float, float]] = {}
+    twin: dict[str, tuple[float, float]] = {}
+    per_round: dict[str, list[float]] = {}
+    t0 = time.perf_counter()
+    for router, v in runs.items():
+        measured: list[TurnRecord] = []
+        predicted: list[TurnRecord] = []
+        per_round[router] = []
+        for k, run in enumerate(v):
+            kept = [r for r in run.records if r.session in common]
+            per_round[router].append(mean_makespan(kept))
+            sim = [r for r in twin_simulation(run, profile).records if r.session in common]
+            for into, recs in ((measured, kept), (predicted, sim)):
+                into += [msgspec.structs.replace(r, session=f"{k}/{r.session}") for r in recs]
+        for into, out in ((measured, live), (predicted, twin)):
+            s = summarise(into)
+            assert s.cache.achieved_ratio is not None
+            out[router] = (mean_makespan(into), s.cache.achieved_ratio)
+    twin_s = time.perf_counter() - t0
+    rounds = max(len(v) for v in runs.values())
+    print(f"{folder}: {replicas} replicas, {rounds} round(s), {len(common)} sessions completed "
+          f"by every run; profile fitted to {args.calibrate_on} in {fit_s:.1f} s, twins "
+          f"{twin_s:.1f} s")  # fmt: skip
+    best_live = min(m for m, _ in live.values())
+    best_twin = min(m for m, _ in twin.values())
+    print(f"{'router':<12} {'modelled by':<20} {'makespan live':>13} {'per round':>15} "
+          f"{'twin':>8} {'error':>7} {'vs best live':>12} {'twin':>6} {'cached live':>11} "
+          f"{'twin':>7}")  # fmt: skip
+    for router in rank({r: m for r, (m, _) in live.items()}):
+        (lm, lc), (tm, tc) = live[router], twin[router]
+        tag = " (fitted)" if router == args.calibrate_on else ""
+        tag += " (approx.)" if router in APPROXIMATE else ""
+        rounds_s = "/".join(f"{x:.1f}" for x in per_round[router])
+        print(f"{router:<12} {models[router] + tag:<20} {lm:>12.2f}s {rounds_s:>15} "
+              f"{tm:>7.2f}s {(tm - lm) / lm:>+7.1%} {lm / best_live:>11.3f}x "
+              f"{tm / best_twin:>5.3f}x {lc:>11.1%} {tc:>7.1%}")  # fmt: skip
+    order_live = rank({r: m for r, (m, _) in live.items()})
+    order_twin = rank({r: m for r, (m, _) in twin.items()})
+    print(f"ranking by makespan, live: {' < '.join(order_live)}")
+    print(f"ranking by makespan, twin: {' < '.join(order_twin)}")
+    # A pair is decided live when every round puts it in the same order; the twin is held to
+    # those pairs only (an order the rounds themselves disagree on is within this machine's noise).
+    decided, undecided, wrong = 0, [], []
+    for i, a in enumerate(order_live):
+        for b in order_live[i + 1 :]:
+            if all(x < y for x, y in zip(per_round[a], per_round[b], strict=True)):
+                decided += 1
+                if twin[a][0] >= twin[b][0]:
+                    wrong.append(f"{a} < {b}")
+            else:
+                undecided.append(f"{a} ~ {b}")
+    print(f"pairs every live round orders alike: {decided}; the twin orders "
+          f"{decided - len(wrong)} of them alike" + (f" (not: {', '.join(wrong)})" if wrong else "")
+          + (f"; undecided live: {', '.join(undecided)}" if undecided else ""))  # fmt: skip
+    print(
+        f"rankings {'agree' if order_live == order_twin else 'differ'} in full; "
+        f"{'agree' if not wrong else 'DISAGREE'} on what the live rounds decide"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
