@@ -128,9 +128,8 @@ def main() -> None:
                 stop_process(proc)
             for r in reps:
                 r.stop()
-        rows.append(
-            f"{'':>8} calibration: run {cal_run_s:.0f} s, fit {fit_s:.1f} s ({where / 'engine.json'})"
-        )
+        profile_at = where / "engine.json"
+        rows.append(f"{'':>8} calibration: run {cal_run_s:.0f} s, fit {fit_s:.1f} s ({profile_at})")
     print(f"\nworkload {WORKLOAD}; runs under {out}")
     print(f"{'replicas':>8} {'tier':<18} {'live':>5} {'twin':>5} {'steps':>6}  "
           f"{'live points (+ meets)':<28} {'twin points':<28} {'live':>7} {'twin':>7}")  # fmt: skip

@@ -1,10 +1,10 @@
 """Runs one side of a performance grading inside its sandbox: the reference or the candidate.
 
-Copied by the grader into a folder mounted read-only, and run as
-``python -I _runner.py MODULE INPUTS FUNCTION BACKEND [CPU]``: ``MODULE`` is the file under test,
-``INPUTS`` the task's input generators, ``CPU`` the one CPU the process runs on (pinned before
-the module is loaded; the grader puts both sides of a round on the same one). Standard library and numpy only (plus torch for the
-``triton`` backend), so that it runs in any task environment.
+Copied by the grader into a folder mounted read-only, and run as ``python -I _runner.py MODULE
+INPUTS FUNCTION BACKEND [CPU]``: ``MODULE`` is the file under test, ``INPUTS`` the task's input
+generators, ``CPU`` the one CPU the process runs on (pinned before the module is loaded; the
+grader puts both sides of a round on the same one). Standard library and numpy only (plus torch
+for the ``triton`` backend), so that it runs in any task environment.
 
 The grader speaks to it over stdin / stdout, one line per message; the candidate's own output is
 sent to stderr, so that nothing it prints reaches the grader as a message:

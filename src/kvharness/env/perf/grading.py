@@ -461,12 +461,12 @@ class PerfGrader:
     def _round(
         self, cand: _Side, ref: _Side, runner: Path, seed: int, index: int, ref_known: list[float]
     ) -> tuple[list[float], _Outputs, list[float], _Outputs]:
-        """One round: a fresh process of each side, both pinned to the same CPU (the round's
-        in turn of those this process may use: wherever the machine is busier, both sides are),
-        both started, then their timed calls taken in turn, call by call, whichever side went
-        first going second the next time (round ``index`` starts with the reference when even). Returns the reference's call times and
-        outputs, then the candidate's. ``ref_known``: the reference's call times so far, which
-        bound how long a candidate's call may take."""
+        """One round: a fresh process of each side, both pinned to the same CPU (rounds take
+        this process's CPUs in turn), then their timed calls taken in turn, call by call, the
+        side that went first going second the next time (round ``index`` starts with the
+        reference when even). Returns the reference's call times and outputs, then the
+        candidate's. ``ref_known``: the reference's call times so far, which bound how long a
+        candidate's call may take."""
         task = self.task
         cpu = _CPUS[index % len(_CPUS)]
         with _Process(self, ref, runner, cpu) as rp, _Process(self, cand, runner, cpu) as cp:

@@ -12,8 +12,9 @@ Within a round the two sides' calls are taken in turn, and which side goes first
 by call and round by round (a grading stops only after an even number of rounds), so that
 whatever a moment of the machine costs (another process's burst, a CPU clocking up, a cold
 cache) falls on each side alike. What is left is chance: one grading in forty has its interval
-wholly above the truth. ``min_speedup`` (5%) keeps that from paying a candidate no faster than the reference: the
-spread of an identical pair on this machine is a few percent (``benchmarks/perf_env.py``).
+wholly above the truth. ``min_speedup`` (5%) keeps that from paying a candidate no faster than
+the reference: the spread of an identical pair on this machine is a few percent
+(``benchmarks/perf_env.py``).
 """
 
 from __future__ import annotations
