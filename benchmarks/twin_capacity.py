@@ -128,8 +128,7 @@ def main() -> None:
                 stop_process(proc)
             for r in reps:
                 r.stop()
-        profile_at = where / "engine.json"
-        rows.append(f"{'':>8} calibration: run {cal_run_s:.0f} s, fit {fit_s:.1f} s ({profile_at})")
+        rows.append(f"{'':>8} calibration: run {cal_run_s:.0f} s, fit {fit_s:.1f} s ({profile})")
     print(f"\nworkload {WORKLOAD}; runs under {out}")
     print(f"{'replicas':>8} {'tier':<18} {'live':>5} {'twin':>5} {'steps':>6}  "
           f"{'live points (+ meets)':<28} {'twin points':<28} {'live':>7} {'twin':>7}")  # fmt: skip
