@@ -41,6 +41,7 @@ from pathlib import Path
 
 import msgspec
 
+from kvharness.bench.run import load_config
 from kvharness.engine.profile import EngineProfile
 from kvharness.report.metrics import summarise
 from kvharness.report.records import TurnRecord
@@ -65,11 +66,12 @@ def completed(records: Sequence[TurnRecord]) -> set[str]:
     return {s for s, r in last.items() if r.error is None}
 
 
-def replicas_of(folder: Path) -> int:
-    logs = folder / "vllm-logs"
-    n = len(list(logs.glob("*.log"))) if logs.is_dir() else 0
+def replicas_of(run_dir: Path) -> int:
+    """The replicas behind the router: the engines the bench read (one ``--metrics-url`` each)."""
+    n = len(load_config(run_dir).metrics_urls)
     if not n:
-        raise SystemExit(f"{folder}: cannot tell how many replicas served (no vllm-logs/*.log)")
+        raise SystemExit(f"{run_dir}: the run read no engine's /metrics (gateway_compare.py "
+                         "older than --metrics-url): cannot tell how many replicas served")  # fmt: skip
     return n
 
 
@@ -121,7 +123,6 @@ def main() -> int:
         folder = args.out
     else:
         folder = args.source
-    replicas = replicas_of(folder)
     dirs: dict[str, list[Path]] = defaultdict(list)
     for d in sorted(folder.iterdir()):
         m = _RUN.match(d.name)
@@ -129,6 +130,7 @@ def main() -> int:
             dirs[m["router"]].append(d)
     if args.calibrate_on not in dirs:
         raise SystemExit(f"{folder}: no runs of {args.calibrate_on!r} to calibrate on")
+    replicas = replicas_of(dirs[args.calibrate_on][0])
     unmodelled = sorted(r for r in dirs if r not in models)
     if unmodelled:
         print(f"not modelled (no --model): {', '.join(unmodelled)}")
