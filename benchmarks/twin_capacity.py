@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from twin_validation import SYN, bench, gateway
+from twin_validation import SYN, bench, calibrate, gateway
 
 from kvharness.testing import ReplicaConfig, ensure_tiny_model, start_replicas
 from kvharness.testing.procs import stop_process
@@ -101,7 +101,7 @@ def main() -> None:
             cal = bench(where / "calibration", backend, calibration, "--rate", "1.5", *engines)
             cal_run_s = time.perf_counter() - t0
             profile = where / "engine.json"
-            fit_s = kvharness("sim", "calibrate", str(cal), *routed, "--out", str(profile))
+            _, fit_s = calibrate([cal], profile, *routed)
             for k, tier in enumerate(args.tiers):
                 live_dir, twin_dir = where / f"live-{k}", where / f"twin-{k}"
                 live_s = kvharness(

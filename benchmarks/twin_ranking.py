@@ -40,9 +40,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
+from gateway_compare import completed_sessions
+from twin_validation import calibrate
 
 from kvharness.bench.run import load_config
-from kvharness.engine.profile import EngineProfile
 from kvharness.report.metrics import summarise
 from kvharness.report.records import TurnRecord
 from kvharness.sim.twin import BenchRun, load_run, twin_simulation
@@ -58,14 +59,6 @@ APPROXIMATE = {"vllm"}
 _RUN = re.compile(r"^run-(?P<router>.+)-(?P<round>\d+)$")
 
 
-def completed(records: Sequence[TurnRecord]) -> set[str]:
-    """Sessions whose every turn succeeded in the end."""
-    last: dict[str, TurnRecord] = {}
-    for r in records:
-        last[r.session] = r
-    return {s for s, r in last.items() if r.error is None}
-
-
 def replicas_of(run_dir: Path) -> int:
     """The replicas behind the router: the engines the bench read (one ``--metrics-url`` each)."""
     n = len(load_config(run_dir).metrics_urls)
@@ -73,15 +66,6 @@ def replicas_of(run_dir: Path) -> int:
         raise SystemExit(f"{run_dir}: the run read no engine's /metrics (gateway_compare.py "
                          "older than --metrics-url): cannot tell how many replicas served")  # fmt: skip
     return n
-
-
-def calibrate(runs: Sequence[Path], policy: str, replicas: int, out: Path) -> EngineProfile:
-    cmd = [sys.executable, "-m", "kvharness", "sim", "calibrate", *map(str, runs),
-           "--router", policy, "--replicas", str(replicas), "--out", str(out)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"calibration failed: {done.stderr[-1500:]}")
-    return EngineProfile.load(out)
 
 
 def mean_makespan(records: Sequence[TurnRecord]) -> float:
@@ -134,17 +118,18 @@ def main() -> int:
     unmodelled = sorted(r for r in dirs if r not in models)
     if unmodelled:
         print(f"not modelled (no --model): {', '.join(unmodelled)}")
-    t0 = time.perf_counter()
-    profile = calibrate(
-        dirs[args.calibrate_on], models[args.calibrate_on], replicas, folder / "profile.json"
-    )
-    fit_s = time.perf_counter() - t0
+    profile, fit_s = calibrate(
+        dirs[args.calibrate_on], folder / "profile.json",
+        "--router", models[args.calibrate_on], "--replicas", str(replicas),
+    )  # fmt: skip
     runs: dict[str, list[BenchRun]] = {
         router: [load_run(d, router=models[router], replicas=replicas) for d in ds]
         for router, ds in dirs.items()
         if router in models
     }
-    common = set.intersection(*(completed(r.records) for v in runs.values() for r in v))
+    common = set.intersection(
+        *(completed_sessions(list(r.records)) for v in runs.values() for r in v)
+    )
     live: dict[str, tuple[float, float]] = {}
     twin: dict[str, tuple[float, float]] = {}
     per_round: dict[str, list[float]] = {}

@@ -75,11 +75,14 @@ def bench(out: Path, backends: Sequence[str], workload: str, *extra: str) -> Pat
     return out
 
 
-def calibrate(runs: Sequence[Path], out: Path) -> tuple[EngineProfile, float]:
+def calibrate(runs: Sequence[Path], out: Path, *extra: str) -> tuple[EngineProfile, float]:
+    """``kvharness sim calibrate RUNS --out OUT EXTRA``: the profile and the seconds it took."""
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "kvharness", "sim", "calibrate", *map(str, runs), "--out",
-           str(out)]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True)
+           str(out), *extra]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"calibration failed: {done.stderr[-1500:]}")
     return EngineProfile.load(out), time.perf_counter() - t0
 
 
