@@ -46,12 +46,15 @@ def long_messages(seed: int, words: int = 400) -> list[dict[str, str]]:
     ]
 
 
-async def until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
+async def until(
+    cond: Callable[[], bool], timeout: float = 30.0, state: Callable[[], object] = lambda: ""
+) -> None:
+    """Wait for ``cond``; on timeout fail with what ``state`` says of the moment."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not cond():
         if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
+            raise AssertionError(f"condition not met in {timeout} s {state()}")
         await asyncio.sleep(0.05)
 
 
@@ -156,6 +159,8 @@ async def test_killed_replica_loses_no_unstarted_request(
         tokenizer=str(tiny_model_dir),
         policy="round_robin",
         health_interval_s=1.0,
+        # A busy machine may keep a /health answer waiting; only the kill should take one out.
+        health_timeout_s=10.0,
     )
     started: list[bool] = []
     async with client(gw) as c:
@@ -192,7 +197,16 @@ async def test_killed_replica_loses_no_unstarted_request(
 
         plain = [asyncio.create_task(non_streamed(i)) for i in range(16)]
         streams = [asyncio.create_task(streamed(i)) for i in range(4)]
-        await until(lambda: gw.router.inflight[1] > 0 and len(started) > 0, 120)
+        await until(
+            lambda: gw.router.inflight[1] > 0 and len(started) > 0,
+            120,
+            lambda: (
+                gw.router.inflight,
+                gw.router.healthy,
+                started,
+                [t for t in streams if t.done()],
+            ),
+        )
         reps[1].kill()
         results = await asyncio.gather(*plain)
         stream_results = await asyncio.gather(*streams)

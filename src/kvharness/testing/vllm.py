@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
+import re
 import shutil
 import signal
 import socket
@@ -44,6 +46,7 @@ __all__ = [
 ]
 
 _REPO = Path(__file__).resolve().parents[3]
+_ERROR_LINE = re.compile(r"\w(Error|Exception)\b|Killed|[Oo]ut of memory|[Aa]ddress already in use")
 WARMUP_TOKENS = 32
 
 
@@ -60,11 +63,45 @@ def vllm_python() -> Path:
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the kernel's pick)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A TCP port free on every interface right now, never one this process handed out before,
+    and below the kernel's ephemeral range (``ip_local_port_range``).
+
+    The range matters: a port is only reserved once its user binds it, and vLLM, ZMQ and every
+    outgoing connection take theirs from the ephemeral range meanwhile (vLLM's engine picks its
+    own with a bind to port 0). A port from below that range is never one of theirs, so a replica
+    cannot lose the port it was given to another replica starting beside it.
+    """
+    low = _ephemeral_low()
+    for _ in range(256):
+        port = _pick.randrange(max(1024, low - 16384), low)
+        if port not in _handed_out and _bindable(port):
+            _handed_out.add(port)
+            return port
+    with socket.socket() as s:  # the range below is crowded: the kernel's pick
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+        _handed_out.add(port)
         return port
+
+
+_pick = random.Random()
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +145,13 @@ class VllmReplica:
         return self.process is None or self.process.poll() is None
 
     def log_tail(self, n: int = 30) -> str:
+        """The log's last ``n`` lines, after the lines above them that name an error (an engine
+        that fails to start prints its root cause well before the server's closing traceback)."""
         if self.log_path is None or not self.log_path.exists():
             return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        causes = [line for line in lines[:-n] if _ERROR_LINE.search(line)][:12]
+        return "\n".join([*causes, "[...]", *lines[-n:]] if causes else lines[-n:])
 
     def kill(self) -> None:
         """SIGKILL the whole replica (server and engine processes) at once: a crash."""
