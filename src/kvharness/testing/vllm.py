@@ -79,9 +79,9 @@ def free_port() -> int:
             return port
     with socket.socket() as s:  # the range below is crowded: the kernel's pick
         s.bind(("", 0))
-        port = s.getsockname()[1]
-        _handed_out.add(port)
-        return port
+        picked: int = s.getsockname()[1]
+        _handed_out.add(picked)
+        return picked
 
 
 _pick = random.Random()
