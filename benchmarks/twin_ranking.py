@@ -20,7 +20,8 @@ runs of an earlier one with ``--from``), then:
    routers that every live round puts in the same order: a pair the rounds themselves order
    differently is within this machine's noise, and no twin can be wrong about it.
 
-Default models: ``kvharness`` -> ``agent_aware`` (the gateway runs that very policy),
+Default models: ``kvharness`` -> ``agent_aware`` (the gateway runs that very policy; likewise
+``kvharness:KEY=VALUE,...`` -> ``agent_aware:KEY=VALUE,...`` and ``gateway:POLICY`` -> ``POLICY``),
 ``round_robin`` -> ``round_robin``, ``sglang`` -> ``sglang_cache_aware`` (sglang-router's
 cache_aware policy re-implemented from its source), ``vllm`` -> ``dynamo_kv`` (vllm-router's
 kv_aware picks the replica holding the most of the prompt's blocks by KV events, with load
@@ -57,6 +58,18 @@ MODELS = {
 }
 APPROXIMATE = {"vllm"}
 _RUN = re.compile(r"^run-(?P<router>.+)-(?P<round>\d+)$")
+
+
+def gateway_policy(router: str) -> str | None:
+    """The policy a kvharness gateway router of gateway_compare.py runs (``kvharness:OPTIONS``:
+    agent_aware with those options, ``gateway:POLICY``: that policy; a ``+FLAG`` changes how
+    it reaches the engines, not where it routes); None for any other router."""
+    name, sep, rest = router.partition("+")[0].partition(":")
+    if name == "kvharness":
+        return MODELS["kvharness"] + (f":{rest}" if sep else "")
+    if name == "gateway":
+        return rest or None
+    return None
 
 
 def replicas_of(run_dir: Path) -> int:
@@ -112,6 +125,9 @@ def main() -> int:
         m = _RUN.match(d.name)
         if m and (d / "records.jsonl").is_file():
             dirs[m["router"]].append(d)
+    for router in dirs:
+        if router not in models and (policy := gateway_policy(router)) is not None:
+            models[router] = policy
     if args.calibrate_on not in dirs:
         raise SystemExit(f"{folder}: no runs of {args.calibrate_on!r} to calibrate on")
     replicas = replicas_of(dirs[args.calibrate_on][0])
@@ -155,15 +171,17 @@ def main() -> int:
           f"{twin_s:.1f} s")  # fmt: skip
     best_live = min(m for m, _ in live.values())
     best_twin = min(m for m, _ in twin.values())
-    print(f"{'router':<12} {'modelled by':<20} {'makespan live':>13} {'per round':>15} "
+    w = max(12, *(len(r) for r in live))
+    label = {r: models[r] + (" (fitted)" if r == args.calibrate_on else "")
+             + (" (approx.)" if r in APPROXIMATE else "") for r in live}  # fmt: skip
+    wm = max(20, *(len(x) for x in label.values()))
+    print(f"{'router':<{w}} {'modelled by':<{wm}} {'makespan live':>13} {'per round':>15} "
           f"{'twin':>8} {'error':>7} {'vs best live':>12} {'twin':>6} {'cached live':>11} "
           f"{'twin':>7}")  # fmt: skip
     for router in rank({r: m for r, (m, _) in live.items()}):
         (lm, lc), (tm, tc) = live[router], twin[router]
-        tag = " (fitted)" if router == args.calibrate_on else ""
-        tag += " (approx.)" if router in APPROXIMATE else ""
         rounds_s = "/".join(f"{x:.1f}" for x in per_round[router])
-        print(f"{router:<12} {models[router] + tag:<20} {lm:>12.2f}s {rounds_s:>15} "
+        print(f"{router:<{w}} {label[router]:<{wm}} {lm:>12.2f}s {rounds_s:>15} "
               f"{tm:>7.2f}s {(tm - lm) / lm:>+7.1%} {lm / best_live:>11.3f}x "
               f"{tm / best_twin:>5.3f}x {lc:>11.1%} {tc:>7.1%}")  # fmt: skip
     order_live = rank({r: m for r, (m, _) in live.items()})

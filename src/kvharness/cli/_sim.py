@@ -156,8 +156,9 @@ def register(subparsers: Any) -> None:
         "--router",
         default=None,
         metavar="POLICY",
-        help="with --twin: the run went through a router with this policy to --router-replicas "
-        "replicas (default: straight to its backends)",
+        help="with --twin: the run went through a router with this policy (a kvharness policy, "
+        "NAME or NAME:KEY=VALUE,...) to --router-replicas replicas (default: straight to its "
+        "backends)",
     )
     p.add_argument(
         "--router-replicas", type=positive_int, default=None, help="replicas behind --router"
@@ -182,8 +183,8 @@ def register(subparsers: Any) -> None:
         "--router",
         default=None,
         metavar="POLICY",
-        help="the runs went through a router with this policy (a kvharness policy name) to "
-        "--replicas replicas; default: straight to their backends",
+        help="the runs went through a router with this policy (a kvharness policy, NAME or "
+        "NAME:KEY=VALUE,...) to --replicas replicas; default: straight to their backends",
     )
     c.add_argument("--replicas", type=positive_int, default=None, help="replicas behind --router")
     c.add_argument(

@@ -26,6 +26,7 @@ __all__ = [
     "available_policies",
     "make_policy",
     "parse_policy_options",
+    "policy_from_spec",
     "register_policy",
 ]
 
@@ -75,3 +76,14 @@ def parse_policy_options(pairs: Sequence[str]) -> dict[str, Any]:
         except ValueError:
             out[key] = value
     return out
+
+
+def policy_from_spec(spec: str) -> Policy:
+    """A policy from ``NAME`` or ``NAME:KEY=VALUE,...`` (its options, read as
+    :func:`parse_policy_options` reads them), e.g. ``agent_aware:compute_weight=0``.
+    Raises ValueError naming the spec when the name is unknown or the options are refused."""
+    name, _, rest = spec.partition(":")
+    try:
+        return make_policy(name, **parse_policy_options([o for o in rest.split(",") if o]))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"policy {spec!r}: {err}") from None

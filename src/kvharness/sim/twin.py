@@ -39,7 +39,7 @@ from kvharness.errors import UserError
 from kvharness.files import replacing
 from kvharness.report.records import TurnRecord, read_records
 from kvharness.routing.base import Decision, Policy, ReplicaState, RouteRequest
-from kvharness.routing.registry import make_policy
+from kvharness.routing.registry import policy_from_spec
 from kvharness.sim.cluster import ClusterSpec
 from kvharness.sim.simulator import SimConfig, SimResult, Simulator
 from kvharness.workload.model import Workload
@@ -104,12 +104,21 @@ def load_run(path: Path, *, router: str | None = None, replicas: int | None = No
             for info in (p.get("engines") or {}).values():
                 if isinstance(info, dict):
                     engines.append({k: int(v) for k, v in info.items()})
-    if router is not None and replicas is None:
-        raise UserError("give the replicas behind the router with the router's policy")
+    if router is not None:
+        if replicas is None:
+            raise UserError("give the replicas behind the router with the router's policy")
+        _policy(router)  # a bad spec is refused before any work
     return BenchRun(
         path, cfg, workload, tuple(sorted(last.values(), key=lambda r: r.sent)), tuple(engines),
         router, replicas,
     )  # fmt: skip
+
+
+def _policy(router: str) -> Policy:
+    try:
+        return policy_from_spec(router)
+    except ValueError as err:
+        raise UserError(f"the router's policy: {err}") from None
 
 
 class SessionRoundRobin(Policy):
@@ -176,7 +185,7 @@ def simulate_bench(
     replicas as the bench spreads them over its backends, or routed by the policy ``router``."""
     if workload is None:
         workload = load_bench_workload(cfg)
-    policy: Policy = SessionRoundRobin() if router is None else make_policy(router)
+    policy = SessionRoundRobin() if router is None else _policy(router)
     config = SimConfig(cluster, policy=policy.name, prefix_source="direct")
     return Simulator(_as_run(workload, cfg), config, policy=policy).run()
 
