@@ -8,11 +8,12 @@ runs of an earlier one with ``--from``), then:
 
 1. **calibrates** an engine profile (``kvharness sim calibrate``) on the runs of one router,
    ``--calibrate-on`` (default ``round_robin``: its placement depends on nothing the twin could
-   get wrong), so that whatever this machine adds to every run (replicas sharing its cores, the
-   bench and the router beside them) is in the profile;
+   get wrong), so that whatever this machine adds to every run (the bench and the router beside
+   the replicas) is in the profile;
 2. **twins** every router's runs on that profile, each router modelled by the kvharness policy
    that reproduces it (``--model ROUTER=POLICY``; defaults below) on as many replicas as the
-   live run had;
+   live run had, bound to this machine's cores in turn as gateway_compare.py binds them
+   (``--host-cores``: with more replicas than cores, two on one core split its time);
 3. prints per router, pooled over rounds and over the sessions every live run completed: the
    live mean session makespan (and each round's), the predicted one, the cached-token ratio of
    each, each router's margin over the best one, and the two rankings. The calibration
@@ -32,6 +33,7 @@ approximation and said so).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -104,6 +106,10 @@ def main() -> int:
     ap.add_argument("--calibrate-on", default="round_robin", help="the router fitted to")
     ap.add_argument("--model", action="append", default=[], metavar="ROUTER=POLICY",
                     help="the kvharness policy a router's twin routes with")  # fmt: skip
+    ap.add_argument("--host-cores", type=int, default=len(os.sched_getaffinity(0)), metavar="N",
+                    help="the cores the live replicas were bound to in turn (default: this "
+                    "machine's, where gateway_compare.py binds them; 0: model each replica on "
+                    "hardware of its own)")  # fmt: skip
     args = ap.parse_args(argv)
     models = dict(MODELS)
     for spec in args.model:
@@ -137,9 +143,13 @@ def main() -> int:
     profile, fit_s = calibrate(
         dirs[args.calibrate_on], folder / "profile.json",
         "--router", models[args.calibrate_on], "--replicas", str(replicas),
+        "--host-cores", str(args.host_cores),
     )  # fmt: skip
     runs: dict[str, list[BenchRun]] = {
-        router: [load_run(d, router=models[router], replicas=replicas) for d in ds]
+        router: [
+            load_run(d, router=models[router], replicas=replicas, host_cores=args.host_cores)
+            for d in ds
+        ]
         for router, ds in dirs.items()
         if router in models
     }
@@ -166,7 +176,9 @@ def main() -> int:
             out[router] = (mean_makespan(into), s.cache.achieved_ratio)
     twin_s = time.perf_counter() - t0
     rounds = max(len(v) for v in runs.values())
-    print(f"{folder}: {replicas} replicas, {rounds} round(s), {len(common)} sessions completed "
+    host = f"on {args.host_cores} shared cores" if args.host_cores else "on hardware of their own"
+    print(f"{folder}: {replicas} replicas ({host} in the twin), {rounds} round(s), "
+          f"{len(common)} sessions completed "
           f"by every run; profile fitted to {args.calibrate_on} in {fit_s:.1f} s, twins "
           f"{twin_s:.1f} s")  # fmt: skip
     best_live = min(m for m, _ in live.values())

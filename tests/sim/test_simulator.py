@@ -92,6 +92,30 @@ def test_jump_gives_the_same_records_as_stepping(small: Workload, eviction: str,
             assert getattr(x, f) == pytest.approx(getattr(y, f), rel=1e-9)
 
 
+def test_replicas_sharing_a_hosts_cores_split_them(small: Workload) -> None:
+    """Three replicas on two cores: replicas 0 and 2 share core 0, so they serve slower than on
+    hardware of their own while replica 1, with a core to itself, serves its sessions (each kept
+    on one replica) as before; a host with a core for each is hardware of their own."""
+    kw = {"num_blocks": 400, "load": 4.0}
+    own = run(small, "3xH200:llama-3.1-8b", "session", **kw)
+    roomy = run(small, "3xH200:llama-3.1-8b", "session", host_cores=3, **kw)
+    shared = run(small, "3xH200:llama-3.1-8b", "session", host_cores=2, **kw)
+    check_records(small, shared)
+    assert [r.done for r in roomy.records] == [r.done for r in own.records]
+
+    def serve(res: SimResult, replica: str) -> float:
+        return sum((r.done or 0) - r.sent for r in res.records if r.replica == replica)
+
+    assert serve(shared, "r1") == pytest.approx(serve(own, "r1"))  # a core of its own
+    for replica in ("r0", "r2"):
+        assert serve(shared, replica) > 1.2 * serve(own, replica)
+    jumped = run(small, "3xH200:llama-3.1-8b", "session", host_cores=2, jump=False, **kw)
+    for x, y in zip(shared.records, jumped.records, strict=True):
+        assert x.done == pytest.approx(y.done, rel=1e-9)
+    with pytest.raises(ValueError, match="host_cores must be >= 0"):
+        run(small, "3xH200:llama-3.1-8b", host_cores=-1)
+
+
 @pytest.mark.parametrize("cpu", [0, 500])
 def test_prefix_sources_fed_by_events_equal_asking_the_pools(small: Workload, cpu: int) -> None:
     kw = {"num_blocks": 300, "cpu_tier_blocks": cpu}

@@ -130,7 +130,8 @@ def run_sim_capacity(args: argparse.Namespace) -> int:
             max_sessions=args.sessions_per_slot * n,
             time_scale=args.time_scale,
         )
-        result = simulate_bench(cfg, cluster, None if cluster.replicas == 1 else policy)
+        router = None if cluster.replicas == 1 else policy
+        result = simulate_bench(cfg, cluster, router, host_cores=args.host_cores)
         return measure(n, result.records, tier)
 
     best, points = search(evaluate, max_concurrency=args.max_concurrency)

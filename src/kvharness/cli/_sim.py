@@ -163,6 +163,16 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--router-replicas", type=positive_int, default=None, help="replicas behind --router"
     )
+    p.add_argument(
+        "--host-cores",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="with --twin: "
+        "the replicas shared one host of N cores, bound to them in turn as kvharness's test "
+        "replicas are (replica i on core i mod N): replicas on one core split its time "
+        "(default 0: each replica has hardware of its own)",
+    )
     p.set_defaults(func=run)
     sub = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
     c = sub.add_parser(
@@ -187,6 +197,15 @@ def register(subparsers: Any) -> None:
         "NAME:KEY=VALUE,...) to --replicas replicas; default: straight to their backends",
     )
     c.add_argument("--replicas", type=positive_int, default=None, help="replicas behind --router")
+    c.add_argument(
+        "--host-cores",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="the replicas shared one host of N cores, bound to them in turn as kvharness's test "
+        "replicas are (replica i on core i mod N): replicas on one core split its time "
+        "(default 0: each replica has hardware of its own)",
+    )
     c.add_argument(
         "--max-num-batched-tokens",
         type=positive_int,
@@ -246,6 +265,15 @@ def register(subparsers: Any) -> None:
         help="routing policy over several replicas (default: %(default)s; one replica: none)",
     )
     k.add_argument(
+        "--host-cores",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="the replicas shared one host of N cores, bound to them in turn as kvharness's test "
+        "replicas are (replica i on core i mod N): replicas on one core split its time "
+        "(default 0: each replica has hardware of its own)",
+    )
+    k.add_argument(
         "--time-scale",
         type=float,
         default=1.0,
@@ -300,7 +328,10 @@ def _calibrate_runs(args: argparse.Namespace) -> int:
     from kvharness.sim.fit import fit_profile
     from kvharness.sim.twin import load_run
 
-    runs = [load_run(Path(r), router=args.router, replicas=args.replicas) for r in args.runs]
+    runs = [
+        load_run(Path(r), router=args.router, replicas=args.replicas, host_cores=args.host_cores)
+        for r in args.runs
+    ]
     engines = [e for r in runs for e in r.engines]
     block = engines[0]["block_size"] if engines else runs[0].config.engine_block_size
     blocks = args.num_blocks or (min(e["num_gpu_blocks"] for e in engines) if engines else None)
@@ -383,7 +414,12 @@ def run_twin(args: argparse.Namespace) -> int:
             "--twin needs the engine: give --profile PATH (kvharness sim calibrate RUN_DIR... "
             "--out PATH fits one)"
         )
-    run = load_run(Path(args.twin), router=args.router, replicas=args.router_replicas)
+    run = load_run(
+        Path(args.twin),
+        router=args.router,
+        replicas=args.router_replicas,
+        host_cores=args.host_cores,
+    )
     profile = EngineProfile.load(Path(args.profile))
     out = Path(args.out) if args.out else Path(args.twin) / "twin"
     output_dir(out, "--out")

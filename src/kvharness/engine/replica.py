@@ -37,6 +37,13 @@ model's largest image)``); the scheduler plans which images a step encodes and t
 their encoder time to the step. ``encoder_seconds`` sums that time (the encoder's part of
 ``busy_seconds``); each request's ``encoder_seconds`` gets its images' share of it, by FLOPs.
 
+**Shared cores.** Replicas listed in each other's :attr:`Replica.core_peers` compute on one
+core (vLLM-CPU replicas bound to the same core of a host) and split its time evenly: while ``b``
+of its peers are busy, a replica's step (or decode run) advances at ``1 / (1 + b)`` of its own
+speed. When a replica becomes busy or idle, the work its busy peers have in flight is re-timed
+from that moment (their wake time and :attr:`version` change, and :meth:`wake` lists them in
+:attr:`retimed`, for the driver to wake them then instead).
+
 **Counters.** ``running``, ``waiting``, ``used_blocks``, ``cached_blocks`` and
 ``pending_prefill_tokens`` read the scheduler and the pool as they are now, and
 ``prefill_tokens_per_s`` is the cost model's full-step prefill rate. A replica knows nothing of
@@ -146,7 +153,16 @@ class Replica:
         """Vision-encoder time of the steps simulated (part of ``busy_seconds``)."""
         self.decode_step_hist: dict[int, int] = {}
         """Decode step durations: bin ``round(100 ln(seconds))`` -> steps."""
+        self.core_peers: list[Replica] = []
+        """Replicas computing on the same core as this one (see "Shared cores")."""
+        self.retimed: list[Replica] = []
+        """The peers whose wake time the last :meth:`wake` changed."""
         self._plan: Plan | None = None
+        self._factor = 1.0
+        """The current step's slowdown: 1 + its busy core peers."""
+        self._t0 = 0.0
+        """When the step would have started at today's factor (its work done is ``(now - _t0) /
+        _factor``; equal to ``_start`` until the step is re-timed)."""
         self._k = 1
         self._start = 0.0
         self._run_seqs = 0
@@ -167,12 +183,13 @@ class Replica:
                 return self._set_wake(now)
             return None
         if self._k > 1 and not waiting_before:
-            elapsed = now - self._start
+            elapsed = (now - self._t0) / self._factor
             seqs, ctx, kv = self._run_seqs, self._run_ctx, self._run_kv
             m = self.cost.decode_steps_until(seqs, ctx, elapsed, self._k, kv)
             if m < self._k:
                 self._k = m
-                return self._set_wake(self._start + self.cost.decode_run_time(seqs, ctx, m, kv))
+                run = self.cost.decode_run_time(seqs, ctx, m, kv)
+                return self._set_wake(self._t0 + self._factor * run)
         return None
 
     def wake(self, now: float) -> list[Request]:
@@ -202,6 +219,11 @@ class Replica:
             self._plan = None
         self.next_wake = None
         self._start_next(now)
+        if self.retimed:
+            self.retimed = []
+        if self.core_peers and (plan is None) != (self._plan is None):
+            # This replica became busy or idle: its peers' share of the core changed.
+            self.retimed = [peer for peer in self.core_peers if peer._retime(now)]
         return finished
 
     def drain_events(self) -> list[KVEvent]:
@@ -264,6 +286,21 @@ class Replica:
             hist = self.decode_step_hist
             hist[b] = hist.get(b, 0) + k
 
+    def _busy_peers(self) -> int:
+        return sum(p._plan is not None for p in self.core_peers)
+
+    def _retime(self, now: float) -> bool:
+        """Stretch or shrink the work in flight to the busy peers as of ``now``; whether the wake
+        time changed."""
+        factor = 1.0 + self._busy_peers()
+        if self._plan is None or self.next_wake is None or factor == self._factor:
+            return False
+        scale = factor / self._factor
+        self._t0 = now - (now - self._t0) * scale
+        self._factor = factor
+        self._set_wake(now + (self.next_wake - now) * scale)
+        return True
+
     def _set_wake(self, t: float) -> float:
         self.version += 1
         self.next_wake = t
@@ -287,8 +324,9 @@ class Replica:
                 f"{self.pool.block_size})"
             )
         self._plan = plan
-        self._start = now
+        self._start = self._t0 = now
         self._k = 1
+        self._factor = f = 1.0 + self._busy_peers() if self.core_peers else 1.0
         cost = self.cost
         if self.jump and plan.all_decode and not plan.preempted and plan.load_seconds == 0.0:
             reqs = [r for r, _ in plan.items]
@@ -300,6 +338,6 @@ class Replica:
                     seqs = self._run_seqs = plan.batch.decode_seqs
                     ctx = self._run_ctx = plan.batch.decode_ctx
                     kv = self._run_kv = plan.batch.decode_kv_read
-                    self._set_wake(now + cost.decode_run_time(seqs, ctx, k, kv))
+                    self._set_wake(now + f * cost.decode_run_time(seqs, ctx, k, kv))
                     return
-        self._set_wake(now + cost.step_time(plan.batch) + plan.load_seconds)
+        self._set_wake(now + f * cost.step_time(plan.batch) + plan.load_seconds)

@@ -100,10 +100,17 @@ class SimConfig:
     shared_stats: bool = False
     """Measure shared-prefix KV reads under the default kernel too (always under ``cascade``):
     :attr:`SimResult.shared_prefix_share`. Costs a little simulation time."""
+    host_cores: int = 0
+    """The replicas share one host of this many cores, replica ``i`` computing on core
+    ``i % host_cores`` (as :func:`kvharness.testing.vllm.start_replicas` binds vLLM-CPU
+    replicas): replicas on one core split its time (see "Shared cores" in
+    :mod:`kvharness.engine.replica`). 0: every replica has hardware of its own."""
 
     def __post_init__(self) -> None:
         if not self.load > 0:
             raise ValueError(f"load must be > 0, got {self.load}")
+        if self.host_cores < 0:
+            raise ValueError(f"host_cores must be >= 0, got {self.host_cores}")
         if self.cpu_tier_blocks < 0:
             raise ValueError(f"cpu_tier_blocks must be >= 0, got {self.cpu_tier_blocks}")
         if self.attention not in ATTENTIONS:
@@ -261,6 +268,14 @@ class Simulator:
             )
             for i in range(config.cluster.replicas)
         ]
+        self._position = {id(r): i for i, r in enumerate(self.replicas)}
+        if config.host_cores:
+            for i, rep in enumerate(self.replicas):
+                rep.core_peers = [
+                    other
+                    for j, other in enumerate(self.replicas)
+                    if j != i and j % config.host_cores == i % config.host_cores
+                ]
         self.states = [
             ReplicaState(
                 r.name,
@@ -374,6 +389,9 @@ class Simulator:
                         self.index.apply_all(a, evs)
                 if rep.next_wake is not None:
                     self._push(rep.next_wake, 1, _WAKE, a, rep.version)
+                for peer in rep.retimed:  # on a shared core: their steps now end elsewhen
+                    assert peer.next_wake is not None
+                    self._push(peer.next_wake, 1, _WAKE, self._position[id(peer)], peer.version)
                 for req in finished:
                     self._finish(req, a, now)
         self._records.sort(key=lambda x: (x[0], x[1]))

@@ -9,7 +9,9 @@ replicas, each session on the replica the bench gave it (round robin over ``--ba
 order, as :class:`SessionRoundRobin` does) or, when the run went through a router, the router's
 policy by name, and engines that are a measured :class:`~kvharness.engine.profile.EngineProfile`
 (``kvharness sim calibrate`` fits one from runs: :mod:`kvharness.sim.fit`). The engines start
-with empty caches, as a run does after ``kvharness bench --reset-cache``.
+with empty caches, as a run does after ``kvharness bench --reset-cache``. Replicas that shared a
+host's cores (``host_cores``: vLLM-CPU replicas on one machine, bound to its cores in turn) split
+a core's time where two are bound to it (:attr:`~kvharness.sim.simulator.SimConfig.host_cores`).
 
 :func:`compare` puts each predicted turn beside its measured one (TTFT, end-to-end, cached
 tokens; the predicted queue wait) and sums up the errors (:class:`TwinSummary`): per-turn MAPE
@@ -64,7 +66,8 @@ class BenchRun:
     """A bench run as the twin reads it. ``records``: the measured outcome of each turn (its
     last attempt); ``engines``: each scraped engine's KV cache (``block_size``,
     ``num_gpu_blocks``) where its ``/metrics`` said; ``router``: the routing policy of the router
-    the run went through (None: straight to its backends)."""
+    the run went through (None: straight to its backends); ``host_cores``: the cores of the one
+    host the replicas shared, bound to them in turn (0: hardware of their own)."""
 
     path: Path
     config: BenchConfig
@@ -73,6 +76,7 @@ class BenchRun:
     engines: tuple[dict[str, int], ...]
     router: str | None = None
     replicas: int | None = None
+    host_cores: int = 0
 
     @property
     def name(self) -> str:
@@ -84,9 +88,12 @@ class BenchRun:
         return self.replicas if self.replicas is not None else len(self.config.backends)
 
 
-def load_run(path: Path, *, router: str | None = None, replicas: int | None = None) -> BenchRun:
+def load_run(
+    path: Path, *, router: str | None = None, replicas: int | None = None, host_cores: int = 0
+) -> BenchRun:
     """The bench run in ``path``; ``router`` / ``replicas``: the policy and the replicas behind
-    a router the run went through (its single backend), as ``config.json`` cannot say."""
+    a router the run went through (its single backend), and ``host_cores`` the cores of the host
+    they shared, as ``config.json`` cannot say."""
     path = Path(path)
     if not (path / CONFIG).is_file() or not (path / RECORDS).is_file():
         raise UserError(f"{path}: not a bench run directory (no {CONFIG} and {RECORDS})")
@@ -110,7 +117,7 @@ def load_run(path: Path, *, router: str | None = None, replicas: int | None = No
         _policy(router)  # a bad spec is refused before any work
     return BenchRun(
         path, cfg, workload, tuple(sorted(last.values(), key=lambda r: r.sent)), tuple(engines),
-        router, replicas,
+        router, replicas, host_cores,
     )  # fmt: skip
 
 
@@ -170,7 +177,9 @@ def twin_simulation(run: BenchRun, profile: EngineProfile) -> SimResult:
         blocks = min(e["num_gpu_blocks"] for e in run.engines)
         profile = dataclasses.replace(profile, num_blocks=blocks)
     cluster = ClusterSpec(run.num_replicas, profile.deployment())
-    return simulate_bench(run.config, cluster, run.router, workload=run.workload)
+    return simulate_bench(
+        run.config, cluster, run.router, workload=run.workload, host_cores=run.host_cores
+    )
 
 
 def simulate_bench(
@@ -179,14 +188,16 @@ def simulate_bench(
     router: str | None = None,
     *,
     workload: Workload | None = None,
+    host_cores: int = 0,
 ) -> SimResult:
     """What the bench run ``cfg`` would do on ``cluster``: its workload (loaded as the bench
     loads it unless given), gaps and arrivals as the bench sends them, sessions spread over the
-    replicas as the bench spreads them over its backends, or routed by the policy ``router``."""
+    replicas as the bench spreads them over its backends, or routed by the policy ``router``;
+    the replicas on one host of ``host_cores`` cores where that is not 0."""
     if workload is None:
         workload = load_bench_workload(cfg)
     policy = SessionRoundRobin() if router is None else _policy(router)
-    config = SimConfig(cluster, policy=policy.name, prefix_source="direct")
+    config = SimConfig(cluster, policy=policy.name, prefix_source="direct", host_cores=host_cores)
     return Simulator(_as_run(workload, cfg), config, policy=policy).run()
 
 
