@@ -161,8 +161,9 @@ class Replica:
         self._factor = 1.0
         """The current step's slowdown: 1 + its busy core peers."""
         self._t0 = 0.0
-        """When the step would have started at today's factor (its work done is ``(now - _t0) /
-        _factor``; equal to ``_start`` until the step is re-timed)."""
+        """When the step would have started, had it run at the current factor throughout: its
+        work done by ``now`` is ``(now - _t0) / _factor`` (``_t0`` is ``_start`` until the step
+        is re-timed)."""
         self._k = 1
         self._start = 0.0
         self._run_seqs = 0
