@@ -16,7 +16,8 @@ runs of an earlier one with ``--from``), then:
    (``--host-cores``: with more replicas than cores, two on one core split its time);
 3. prints per router, pooled over rounds and over the sessions every live run completed: the
    live mean session makespan (and each round's), the predicted one, the cached-token ratio of
-   each, each router's margin over the best one, and the two rankings. The calibration
+   each, each router's margin over the best one, where the twin put the prompt tokens (to set
+   beside gateway_compare's live split), and the two rankings. The calibration
    router's own row is fitted, the others are held out. The twin is held to the pairs of
    routers that every live round puts in the same order: a pair the rounds themselves order
    differently is within this machine's noise, and no twin can be wrong about it.
@@ -43,7 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
-from gateway_compare import completed_sessions
+from gateway_compare import completed_sessions, spread
 from twin_validation import calibrate
 
 from kvharness.bench.run import load_config
@@ -88,6 +89,16 @@ def mean_makespan(records: Sequence[TurnRecord]) -> float:
     m = summarise(records).makespan.mean
     assert m is not None
     return m
+
+
+def placement(records: Sequence[TurnRecord], replicas: int) -> str:
+    """The twin's prompt tokens per replica (its replicas are ``r0``, ``r1``, ...), as
+    gateway_compare.py prints the live split."""
+    tokens = [0.0] * replicas
+    for r in records:
+        if r.replica:
+            tokens[int(r.replica[1:])] += r.prompt_tokens
+    return spread(tokens)
 
 
 def rank(values: dict[str, float]) -> list[str]:
@@ -159,15 +170,18 @@ def main() -> int:
     live: dict[str, tuple[float, float]] = {}
     twin: dict[str, tuple[float, float]] = {}
     per_round: dict[str, list[float]] = {}
+    placed: dict[str, list[str]] = {}
     t0 = time.perf_counter()
     for router, v in runs.items():
         measured: list[TurnRecord] = []
         predicted: list[TurnRecord] = []
         per_round[router] = []
+        placed[router] = []
         for k, run in enumerate(v):
             kept = [r for r in run.records if r.session in common]
             per_round[router].append(mean_makespan(kept))
             sim = [r for r in twin_simulation(run, profile).records if r.session in common]
+            placed[router].append(placement(sim, replicas))
             for into, recs in ((measured, kept), (predicted, sim)):
                 into += [msgspec.structs.replace(r, session=f"{k}/{r.session}") for r in recs]
         for into, out in ((measured, live), (predicted, twin)):
@@ -189,13 +203,13 @@ def main() -> int:
     wm = max(20, *(len(x) for x in label.values()))
     print(f"{'router':<{w}} {'modelled by':<{wm}} {'makespan live':>13} {'per round':>15} "
           f"{'twin':>8} {'error':>7} {'vs best live':>12} {'twin':>6} {'cached live':>11} "
-          f"{'twin':>7}")  # fmt: skip
+          f"{'twin':>7}  twin's prompt tokens per replica % per round")  # fmt: skip
     for router in rank({r: m for r, (m, _) in live.items()}):
         (lm, lc), (tm, tc) = live[router], twin[router]
         rounds_s = "/".join(f"{x:.1f}" for x in per_round[router])
         print(f"{router:<{w}} {label[router]:<{wm}} {lm:>12.2f}s {rounds_s:>15} "
               f"{tm:>7.2f}s {(tm - lm) / lm:>+7.1%} {lm / best_live:>11.3f}x "
-              f"{tm / best_twin:>5.3f}x {lc:>11.1%} {tc:>7.1%}")  # fmt: skip
+              f"{tm / best_twin:>5.3f}x {lc:>11.1%} {tc:>7.1%}  {' '.join(placed[router])}")  # fmt: skip
     order_live = rank({r: m for r, (m, _) in live.items()})
     order_twin = rank({r: m for r, (m, _) in twin.items()})
     print(f"ranking by makespan, live: {' < '.join(order_live)}")
