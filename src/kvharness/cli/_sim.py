@@ -21,6 +21,11 @@ from kvharness.engine.cascade import ATTENTIONS
 from kvharness.errors import UserError
 
 HELP = "simulate a cluster of engine replicas under routing policies (virtual time)"
+_HOST_CORES_HELP = (
+    "the replicas shared one host of N cores, bound to them in turn as kvharness's test replicas "
+    "are (replica i on core i mod N): replicas on one core split its time (default 0: each "
+    "replica has hardware of its own)"
+)
 
 
 def _floats(text: str) -> list[float]:
@@ -168,10 +173,7 @@ def register(subparsers: Any) -> None:
         type=non_negative_int,
         default=0,
         metavar="N",
-        help="with --twin: "
-        "the replicas shared one host of N cores, bound to them in turn as kvharness's test "
-        "replicas are (replica i on core i mod N): replicas on one core split its time "
-        "(default 0: each replica has hardware of its own)",
+        help="with --twin: " + _HOST_CORES_HELP,
     )
     p.set_defaults(func=run)
     sub = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
@@ -202,9 +204,7 @@ def register(subparsers: Any) -> None:
         type=non_negative_int,
         default=0,
         metavar="N",
-        help="the replicas shared one host of N cores, bound to them in turn as kvharness's test "
-        "replicas are (replica i on core i mod N): replicas on one core split its time "
-        "(default 0: each replica has hardware of its own)",
+        help=_HOST_CORES_HELP,
     )
     c.add_argument(
         "--max-num-batched-tokens",
@@ -269,9 +269,7 @@ def register(subparsers: Any) -> None:
         type=non_negative_int,
         default=0,
         metavar="N",
-        help="the replicas shared one host of N cores, bound to them in turn as kvharness's test "
-        "replicas are (replica i on core i mod N): replicas on one core split its time "
-        "(default 0: each replica has hardware of its own)",
+        help=_HOST_CORES_HELP,
     )
     k.add_argument(
         "--time-scale",

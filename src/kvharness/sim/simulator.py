@@ -389,7 +389,7 @@ class Simulator:
                         self.index.apply_all(a, evs)
                 if rep.next_wake is not None:
                     self._push(rep.next_wake, 1, _WAKE, a, rep.version)
-                for peer in rep.retimed:  # on a shared core: their steps now end elsewhen
+                for peer in rep.retimed:  # on a shared core: their steps now end at another time
                     assert peer.next_wake is not None
                     self._push(peer.next_wake, 1, _WAKE, self._position[id(peer)], peer.version)
                 for req in finished:
