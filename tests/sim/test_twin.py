@@ -54,3 +54,6 @@ def test_the_twin_asks_for_what_it_lacks(
     assert "not a bench run directory" in capsys.readouterr().err
     assert main(["sim", "calibrate"]) == 2
     assert "give the bench run directories" in capsys.readouterr().err
+    bad = ["--router", "agent_aware:bogus=1", "--router-replicas", "2"]
+    assert main(["sim", "--twin", str(tmp_path), "--profile", str(tmp_path / "p.json"), *bad]) == 2
+    assert "the router's policy: policy 'agent_aware:bogus=1'" in capsys.readouterr().err

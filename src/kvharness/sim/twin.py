@@ -94,6 +94,10 @@ def load_run(
     """The bench run in ``path``; ``router`` / ``replicas``: the policy and the replicas behind
     a router the run went through (its single backend), and ``host_cores`` the cores of the host
     they shared, as ``config.json`` cannot say."""
+    if router is not None:
+        if replicas is None:
+            raise UserError("give the replicas behind the router with the router's policy")
+        _policy(router)  # a bad spec is refused before the run is read
     path = Path(path)
     if not (path / CONFIG).is_file() or not (path / RECORDS).is_file():
         raise UserError(f"{path}: not a bench run directory (no {CONFIG} and {RECORDS})")
@@ -111,10 +115,6 @@ def load_run(
             for info in (p.get("engines") or {}).values():
                 if isinstance(info, dict):
                     engines.append({k: int(v) for k, v in info.items()})
-    if router is not None:
-        if replicas is None:
-            raise UserError("give the replicas behind the router with the router's policy")
-        _policy(router)  # a bad spec is refused before any work
     return BenchRun(
         path, cfg, workload, tuple(sorted(last.values(), key=lambda r: r.sent)), tuple(engines),
         router, replicas, host_cores,
