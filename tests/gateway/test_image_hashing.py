@@ -19,6 +19,7 @@ from kvharness.engine.events import BlockStored
 from kvharness.gateway.config import GatewayConfig
 from kvharness.gateway.hash_translator import HashTranslator
 from kvharness.gateway.images import (
+    HeldImages,
     ImageError,
     PlacedImage,
     Qwen2VLImages,
@@ -262,7 +263,7 @@ def test_an_unread_image_stops_the_credit_at_its_first_block(vlm: EngineTokenize
     for prep in (remote, local):
         start = prep.hashed.token_ids.index(token_id(IMAGE_TOKEN))
         assert len(prep.hashed.block_hashes) == start // BS and prep.hashed.images == ()
-    assert remote.named is None  # a URL is not named: what it points at may change
+    assert remote.images is None  # a URL is not named: what it points at may change
 
 
 def test_a_string_content_template_gets_placeholders_before_the_text(
@@ -289,23 +290,69 @@ def test_the_gateway_names_images_in_the_forwarded_body_and_keeps_the_clients_uu
     prep = prepare(p, body)
     a, b = prep.hashed.images
     assert a.name.startswith("kvh-") and b.name == "mine"
-    assert prep.named is not None
-    sent = json.loads(prep.named)
+    assert prep.images is not None
+    sent = json.loads(prep.images.render()[0])
     parts = sent["messages"][1]["content"]
     assert parts[1]["uuid"] == a.name and parts[2]["uuid"] == "mine"
     # Only the uuid was added: the rest is the client's body.
     parts[1].pop("uuid")
     assert sent == body
-    assert prepare(pipeline(vlm, name_images=False), body).named is None
     named = chat(["Look:", image_part(png(64, 64, 1), uuid="u1")])
-    assert prepare(p, named).named is None  # nothing to add
+    assert prepare(p, named).images is not None  # nothing to add, but it can go by name
+    assert prepare(pipeline(vlm, held_images=0), named).images is None  # nothing to change
+    unnamed = prepare(pipeline(vlm, name_images=False), body).images
+    assert unnamed is not None and [n for n, _, _ in unnamed.images] == ["mine"]
+    assert json.loads(unnamed.render()[0]) == body
+
+
+def test_images_the_replica_holds_go_by_name_alone(vlm: EngineTokenizer) -> None:
+    body = chat(
+        ["Look:", image_part(png(64, 64, 1)), "and", image_part(png(64, 64, 2), uuid="mine")],
+        "no images here",
+        [image_part(png(32, 32, 3)), "last"],
+    )
+    body["stream"] = True
+    prep = prepare(pipeline(vlm), body)
+    assert prep.images is not None
+    a, mine, c = (name for name, _, _ in prep.images.images)
+    assert mine == "mine"
+    sent, by_name = prep.images.render({a, c, "other"})
+    assert by_name == (a, c)
+    got = json.loads(sent)
+    want = json.loads(prep.images.render()[0])
+    for i, j, name in ((1, 1, a), (3, 0, c)):
+        assert got["messages"][i]["content"][j] == {"type": "image_url", "image_url": None,
+                                                    "uuid": name}  # fmt: skip
+        got["messages"][i]["content"][j] = want["messages"][i]["content"][j]
+    assert got == want  # the rest as whole
+
+
+def test_held_images_are_the_last_sent_and_halve_when_refused() -> None:
+    held = HeldImages(3)
+    held.sent(0, ["a", "b"])
+    held.sent(0, ["c", "a", "d"])  # a used again: b is the least recent, and goes
+    assert [n for n in "abcd" if n in held.held(0)] == ["a", "c", "d"]
+    assert "a" not in held.held(1)
+    held.refused(0)  # held 3: now nothing, and at most 1
+    assert "a" not in held.held(0) and held.limit(0) == 1 and held.limit(1) == 3
+    held.sent(0, ["x", "y"])
+    assert [n for n in "xy" if n in held.held(0)] == ["y"]
+    held.refused(0)  # held 1: now none at all
+    held.sent(0, ["z"])
+    assert "z" not in held.held(0)
+    held.sent(1, ["z"])  # the other replica is not affected
+    assert "z" in held.held(1)
+    assert "z" not in HeldImages(0).held(0)
+    with pytest.raises(ValueError, match="capacity >= 0"):
+        HeldImages(-1)
 
 
 def test_large_bodies_are_named_like_small_ones(vlm: EngineTokenizer) -> None:
     big = png(900, 700, 5) + b"\0" * (1 << 21)  # trailing bytes past IEND: still that PNG
     body = chat(["x " * 2000, image_part(big)])
     prep = prepare(pipeline(vlm), body)  # over the slice size: decoded in slices
-    assert prep.named is not None and json.loads(prep.named)["messages"][1]["content"][1]["uuid"]
+    assert prep.images is not None
+    assert json.loads(prep.images.render()[0])["messages"][1]["content"][1]["uuid"]
     assert prep.hashed.images[0].length == image_tokens(900, 700)
 
 

@@ -75,6 +75,18 @@ def engine_events(vlm_replica: VllmReplica) -> Iterator[list[KVEvent]]:
         sock.close(0)
 
 
+def forwarded(gw: Any, form: str) -> float:
+    value = gw.metrics.registry.get_sample_value(
+        "kvharness_gateway_images_forwarded_total", {"form": form}
+    )
+    return value or 0.0
+
+
+def refusals(gw: Any) -> float:
+    value = gw.metrics.registry.get_sample_value("kvharness_gateway_image_name_refusals_total")
+    return value or 0.0
+
+
 async def test_image_turns_are_credited_and_hashed_as_the_engine_stores_them(
     vlm_replica: VllmReplica,
     tiny_vlm_dir: Path,
@@ -146,6 +158,9 @@ async def test_image_turns_are_credited_and_hashed_as_the_engine_stores_them(
         assert details is not None and details.cached_tokens == n1 * BS
         n2 = len(h2.block_hashes)
         await until(lambda: gw.index.match(h2.block_hashes)[0] == n2)
+    # Turn 1's image went whole, then by its name alone: the engine held it, and answered.
+    assert forwarded(gw, "whole") == 2 and forwarded(gw, "name") == 1
+    assert refusals(gw) == 0
 
     # The engine named the image blocks by the gateway's name and the client's uuid, and its
     # stores translate to exactly the gateway's hashes of both prompts.
@@ -165,3 +180,43 @@ async def test_image_turns_are_credited_and_hashed_as_the_engine_stores_them(
     assert translated == set(h2.block_hashes)
     assert sub.stats.untranslated_blocks == 0
     assert gw.pipeline.hasher.stats.mismatches == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_image_the_engine_does_not_hold_is_sent_whole_after_its_refusal(
+    vlm_replica: VllmReplica, tiny_vlm_dir: Path, screens_dir: Path, gateways: Any, stream: bool
+) -> None:
+    rep = vlm_replica
+    gw = await gateways(backends=(rep.url,), tokenizer=str(tiny_vlm_dir))
+    messages: list[Any] = [
+        {"role": "user", "content": [
+            {"type": "text", "text": "The screen:"}, shot(screens_dir, 30 + stream),
+            {"type": "text", "text": "Click?"},
+        ]},
+    ]  # fmt: skip
+    body = json.dumps({"model": rep.model, "messages": messages}).encode()
+    (image,) = gw.pipeline.prepare(body, "chat", None).hashed.images
+    # The gateway takes the engine to hold an image it was never sent, and a few more.
+    gw.pipeline.held_images.sent(0, ["kvh-gone-1", "kvh-gone-2", "kvh-gone-3", image.name])
+    c = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{gw.port}/v1", api_key="none",
+                           max_retries=0, timeout=300)  # fmt: skip
+    async with c:
+        if stream:
+            chunks = await c.chat.completions.create(
+                model=rep.model, messages=messages, max_tokens=4, stream=True
+            )
+            text = "".join([ch.choices[0].delta.content or "" async for ch in chunks])
+            assert text
+        else:
+            answer = await c.chat.completions.create(
+                model=rep.model, messages=messages, max_tokens=4
+            )
+            assert answer.choices[0].message.content
+        # Refused by name, answered whole; the engine holds it now, and less is assumed held.
+        assert refusals(gw) == 1 and forwarded(gw, "whole") == 1 and forwarded(gw, "name") == 0
+        held = gw.pipeline.held_images.held(0)
+        assert image.name in held and "kvh-gone-3" not in held
+        assert gw.pipeline.held_images.limit(0) == 2  # half the 4 it was taken to hold
+        again = await c.chat.completions.create(model=rep.model, messages=messages, max_tokens=4)
+        assert again.choices[0].message.content is not None
+    assert refusals(gw) == 1 and forwarded(gw, "name") == 1

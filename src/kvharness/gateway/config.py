@@ -170,6 +170,15 @@ class GatewayConfig:
         "uuid",
         negatable=True,
     )
+    held_images: int = opt(
+        64,
+        help="images per replica taken as held in its engine's multimodal processor cache "
+        "(the last N it was sent): a request's images among them go by name alone (their uuid, "
+        "no data), so the engine neither receives, decodes nor processes them again; an engine "
+        "that refuses one gets the request whole, and is taken to hold half as many from then "
+        "on; 0: always send images whole",
+        metavar="N",
+    )
     record: str | None = opt(
         None,
         help="append every routed request to a recording in folder DIR as it is answered "
@@ -211,6 +220,8 @@ class GatewayConfig:
             raise ValueError("the API key is empty")
         if self.max_queue < 1 or self.max_attempts < 1 or self.unhealthy_after < 1:
             raise ValueError("max_queue, max_attempts and unhealthy_after must be >= 1")
+        if self.held_images < 0:
+            raise ValueError(f"held_images must be >= 0, got {self.held_images}")
         if self.record_part_bytes < 1:
             raise ValueError(f"record_part_bytes must be >= 1, got {self.record_part_bytes}")
         if self.record_content and self.record is None:

@@ -15,8 +15,8 @@ Naming images
     ``uuid`` (and the request no per-request processor or media options): then it is the uuid.
     The gateway names each image itself, by the client's uuid when it sent one, else by a hash
     of the image's bytes, and puts that name in the forwarded part's ``uuid``
-    (:class:`ChatImages.parts`), so the engine's events name image blocks as the gateway does and
-    :class:`~kvharness.gateway.hash_translator.HashTranslator` can rename them.
+    (:attr:`ChatImages.gateway_named`), so the engine's events name image blocks as the gateway
+    does and :class:`~kvharness.gateway.hash_translator.HashTranslator` can rename them.
 
 What the gateway cannot size
     Only ``data:`` URLs of PNG or JPEG images are read (their header: the pixel size, EXIF
@@ -39,7 +39,8 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -50,6 +51,7 @@ __all__ = [
     "IMAGE_PART_TYPES",
     "MEDIA_PART_TYPES",
     "ChatImages",
+    "HeldImages",
     "Idefics3Images",
     "ImageError",
     "ImageExpander",
@@ -448,9 +450,11 @@ class ChatImages(NamedTuple):
     target_id: int
     """The token the template writes once per image."""
     items: tuple[ImageInput, ...]
-    parts: dict[tuple[int, int], str]
-    """``(message, part)`` -> the uuid to add to that image part when forwarding (the images
-    the gateway named; those with the client's own uuid are not here)."""
+    names: dict[tuple[int, int], str]
+    """``(message, part)`` -> the name the engine will know that image part by: the gateway's
+    name of an image it read, or the client's uuid."""
+    gateway_named: frozenset[tuple[int, int]]
+    """The parts of :attr:`names` the gateway named: forwarded with the name as their uuid."""
     credit: bool = True
     """False where nothing of the prompt can be credited (media other than images, or a
     model whose image processor is unknown)."""
@@ -515,7 +519,8 @@ def prepare_chat_images(
     :class:`ImageError` for image data that cannot be read.
     """
     items: list[ImageInput] = []
-    named: dict[tuple[int, int], str] = {}
+    names: dict[tuple[int, int], str] = {}
+    ours: set[tuple[int, int]] = set()
     credit = expander is not None
     out = []
     for i, m in enumerate(messages):
@@ -532,11 +537,13 @@ def prepare_chat_images(
             kind = part.get("type")
             if kind in IMAGE_PART_TYPES:
                 where = f"messages[{i}].content[{j}]"
-                item, gateway_named = _image_input(part, where, expander, i)
+                item, named_here = _image_input(part, where, expander, i)
                 items.append(item)
                 media = True
-                if gateway_named and item.name is not None:
-                    named[(i, j)] = item.name
+                if item.name is not None:
+                    names[(i, j)] = item.name
+                    if named_here:
+                        ours.add((i, j))
             elif kind in MEDIA_PART_TYPES:
                 media, credit = True, False
         if parts_template and (media or m.get("role") != "tool"):
@@ -548,4 +555,54 @@ def prepare_chat_images(
             placeholder = expander.placeholder if expander is not None else "<image>"
             out.append({**m, "content": _string_content(content, placeholder)})
     target = expander.target_id if expander is not None else -1
-    return out, ChatImages(target, tuple(items), named, credit)
+    return out, ChatImages(target, tuple(items), names, frozenset(ours), credit)
+
+
+class HeldImages:
+    """The images each replica's engine holds processed, as far as the gateway knows: per
+    replica (by index), the names of the last ``capacity`` images it was sent.
+
+    vLLM keeps processed images in an LRU cache (``--mm-processor-cache-gb``, 4 GiB by default:
+    a hundred or more screenshots) keyed by the part's uuid, and takes an image part with a
+    uuid and no data as the image its cache holds under that uuid, which it then neither
+    receives, decodes nor processes again. The gateway cannot see that cache; it assumes the
+    replica holds what it sent it last, and learns when it was wrong: an engine that refuses
+    images sent by name (:meth:`refused`) has let them go, or keeps no such cache, so its
+    capacity drops to half of what was assumed held, down to 0 (every image sent whole)."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 0:
+            raise ValueError(f"need a capacity >= 0 (images per replica), got {capacity}")
+        self.capacity = capacity
+        self._held: dict[int, OrderedDict[str, None]] = {}
+        self._capacity: dict[int, int] = {}
+
+    def held(self, replica: int) -> Container[str]:
+        """The names of the images ``replica`` is taken to hold (O(1) membership)."""
+        return self._held.get(replica, _NONE)
+
+    def limit(self, replica: int) -> int:
+        """The most images ``replica`` is taken to hold."""
+        return self._capacity.get(replica, self.capacity)
+
+    def sent(self, replica: int, names: Iterable[str]) -> None:
+        """``replica`` answered a request with the images ``names``: it holds them, as its
+        most recently used."""
+        cap = self.limit(replica)
+        if not cap:
+            return
+        held = self._held.setdefault(replica, OrderedDict())
+        for name in names:
+            held[name] = None
+            held.move_to_end(name)
+        while len(held) > cap:
+            held.popitem(last=False)
+
+    def refused(self, replica: int) -> None:
+        """``replica`` refused images sent by name that it was taken to hold: nothing is taken
+        as held there any more, and it is taken to hold half as many as it was."""
+        held = self._held.pop(replica, None)
+        self._capacity[replica] = len(held or ()) // 2
+
+
+_NONE: frozenset[str] = frozenset()

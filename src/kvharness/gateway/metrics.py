@@ -136,6 +136,17 @@ class GatewayMetrics:
         self.errors = Counter(
             PREFIX + "errors", "Requests the gateway answered with an error", ["kind"], registry=r
         )
+        self.images = Counter(
+            PREFIX + "images_forwarded",
+            "Named images forwarded, whole or by name alone (held by the replica's engine)",
+            ["form"],
+            registry=r,
+        )
+        self.image_refusals = Counter(
+            PREFIX + "image_name_refusals",
+            "Requests whose images sent by name the engine refused (then sent whole)",
+            registry=r,
+        )
         ratio_buckets = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
         self.matched_ratio = Histogram(
             PREFIX + "matched_prefix_ratio",

@@ -20,10 +20,12 @@ Route and retry
 Forward and relay
     The body goes on unchanged (a text prompt as its token ids, when the replica tokenises as
     the gateway does; an image the gateway named with its name as the part's ``uuid``, unless
-    ``--no-name-images``) through the wire's client; a streamed answer is relayed byte for byte
-    from the replica's socket to the client's, with backpressure, and a stream cut mid-way ends
-    with an SSE ``error`` event. A client that leaves cancels its request: the replica's
-    connection is closed (the engine stops working on it) and its queue slot freed at once.
+    ``--no-name-images``, and by that name alone, no data, where the replica's engine holds it:
+    ``--held-images``, :class:`~kvharness.gateway.images.HeldImages`) through the wire's client;
+    a streamed answer is relayed byte for byte from the replica's socket to the client's, with
+    backpressure, and a stream cut mid-way ends with an SSE ``error`` event. A client that
+    leaves cancels its request: the replica's connection is closed (the engine stops working on
+    it) and its queue slot freed at once.
 
 Record
     With ``--record``, each routed request is written to the recording when its answer is
@@ -34,6 +36,7 @@ Record
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
@@ -48,7 +51,7 @@ from aiohttp import web
 from kvharness.gateway.answers import RelayResponse, error_response
 from kvharness.gateway.byte_hasher import approximate
 from kvharness.gateway.config import GatewayConfig
-from kvharness.gateway.images import ChatImages, ImageError, prepare_chat_images
+from kvharness.gateway.images import ChatImages, HeldImages, ImageError, prepare_chat_images
 from kvharness.gateway.limits import BodyRefused, ByteBudget, read_body
 from kvharness.gateway.metrics import GatewayMetrics
 from kvharness.gateway.prompt_hasher import HashedPrompt, PromptHasher
@@ -57,13 +60,14 @@ from kvharness.gateway.replicas import Replicas
 from kvharness.gateway.requests import (
     MAX_SESSION_ID,
     BadRequest,
+    ImageBody,
     Kind,
     ParsedRequest,
     approx_pieces,
     first_session_header,
+    image_body,
     materialised,
     parse_request,
-    with_named_images,
     with_token_ids,
 )
 from kvharness.gateway.router import Flight, NoReplica, Overloaded, Router
@@ -98,6 +102,10 @@ class _UpstreamFailed(Exception):
     """The replica failed before the answer to the client started: safe to retry elsewhere."""
 
 
+class _NamesRefused(Exception):
+    """The replica answered 400 to a body with images sent by name alone."""
+
+
 class _UpstreamSilent(Exception):
     """The replica sent nothing for the read timeout before the answer to the client started:
     it may still be working on the request, so it is not sent elsewhere (the client gets 504)."""
@@ -114,8 +122,9 @@ class Prepared(NamedTuple):
     model: str | None
     session: str | None
     """The session the client named: by a header, else by the body's ``user`` field."""
-    named: bytes | None = None
-    """The chat body with the images the gateway named carrying their names as ``uuid``."""
+    images: ImageBody | None = None
+    """The chat body cut around its named images (those the gateway named carrying their names
+    as ``uuid``), when any is named and the gateway names images or sends held ones by name."""
 
 
 class Pipeline:
@@ -140,6 +149,7 @@ class Pipeline:
         )
         self.budget = ByteBudget(config.max_buffered_bytes)
         """Bytes of request bodies held now, over all requests."""
+        self.held_images = HeldImages(config.held_images)
         self.recorder: Recorder | None = None
         """Records each routed request (``--record``); set by the gateway."""
         self._ids = itertools.count()
@@ -214,18 +224,28 @@ class Pipeline:
             hashed, images = self._hash(parsed, sid)
             if len(hashed.block_hashes) > self.chain_limit():
                 hashed = hashed._replace(block_hashes=hashed.block_hashes[: self.chain_limit()])
-            as_ids = named = None
+            as_ids = with_images = None
             if self.config.forward_token_ids and hashed.token_ids:
                 as_ids = with_token_ids(parsed, hashed.token_ids)
-            if images is not None and images.parts and self.config.name_images:
-                named = with_named_images(parsed, images.parts)
+            if images is not None:
+                with_images = self._image_body(parsed, images)
         except ImageError as err:
             raise BadRequest(str(err), "messages") from None
         except RecursionError:
             raise BadRequest("the request nests JSON too deeply to render its prompt") from None
         except (TemplateError, ValueError, OverflowError) as err:
             raise BadRequest(f"cannot render or tokenise the prompt: {err}") from None
-        return Prepared(hashed, as_ids, parsed.max_output_tokens, parsed.model, sid, named)
+        return Prepared(hashed, as_ids, parsed.max_output_tokens, parsed.model, sid, with_images)
+
+    def _image_body(self, parsed: ParsedRequest, images: ChatImages) -> ImageBody | None:
+        """The body to forward cut around the images the engine will know by name (those the
+        gateway named only when it forwards their names), or None when nothing would change."""
+        names, ours = images.names, images.gateway_named
+        if not self.config.name_images:
+            names, ours = {k: v for k, v in names.items() if k not in ours}, frozenset()
+        if not ours and not (names and self.config.held_images):
+            return None
+        return image_body(parsed, names, ours)
 
     def chain_limit(self) -> int:
         """Blocks of a prompt's chain that are routed on: the largest replica's KV capacity (the
@@ -379,8 +399,12 @@ class Pipeline:
             flight = self.router.dispatched(route_req, outcome, time.monotonic())
             m.route_seconds.observe(time.perf_counter() - t0)
             try:
+                if prep.images is not None:
+                    return await self._forward_images(
+                        request, i, path, prep.images, headers, flight, kind, pending
+                    )
                 alike = as_ids is not None and await self.replicas.tokenizes_alike(i)
-                sent = as_ids if alike and as_ids is not None else prep.named or body
+                sent = as_ids if alike and as_ids is not None else body
                 return await self._forward(request, i, path, sent, headers, flight, kind, pending)
             except _UpstreamFailed as err:
                 last_error = str(err)
@@ -401,6 +425,37 @@ class Pipeline:
             status, f"no replica could serve the request: {last_error}", "upstream_error"
         )
 
+    async def _forward_images(
+        self,
+        request: web.Request,
+        i: int,
+        path: str,
+        images: ImageBody,
+        headers: bytes,
+        flight: Flight,
+        kind: Kind,
+        pending: Pending | None,
+    ) -> web.StreamResponse:
+        """Forward a chat body with named images, those replica ``i`` holds by name alone; if
+        it refuses them, the body whole, and when that is answered, it held less than taken."""
+        held = self.held_images
+        body, by_name = images.render(held.held(i))
+        try:
+            resp = await self._forward(
+                request, i, path, body, headers, flight, kind, pending, by_name=bool(by_name)
+            )
+        except _NamesRefused:
+            self.metrics.image_refusals.inc()
+            body, by_name = images.render()
+            resp = await self._forward(request, i, path, body, headers, flight, kind, pending)
+            if resp.status < 400:
+                held.refused(i)
+        if resp.status < 400:
+            held.sent(i, (name for name, _, _ in images.images))
+        self.metrics.images.labels("name").inc(len(by_name))
+        self.metrics.images.labels("whole").inc(len(images.images) - len(by_name))
+        return resp
+
     async def _forward(
         self,
         request: web.Request,
@@ -411,7 +466,10 @@ class Pipeline:
         flight: Flight,
         kind: Kind,
         pending: Pending | None,
+        by_name: bool = False,
     ) -> web.StreamResponse:
+        """Send ``body`` to replica ``i`` and relay its answer. Raises :class:`_NamesRefused`
+        for a 400 to a body with images sent by name (``by_name``), before anything is relayed."""
         url = self.replicas.urls[i]
         try:
             upstream = await self.replicas.client.request(
@@ -426,6 +484,10 @@ class Pipeline:
         try:
             if upstream.status in _RETRY_STATUSES:
                 raise _UpstreamFailed(f"{url} answered {upstream.status}")
+            if by_name and upstream.status == 400:
+                with contextlib.suppress(BodyTimeout, BodyError):
+                    await upstream.read()  # the connection goes back to the pool
+                raise _NamesRefused()
             ctype = upstream.headers.get("content-type", "application/json")
             if not ctype.startswith("text/event-stream"):
                 try:

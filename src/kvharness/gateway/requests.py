@@ -4,13 +4,14 @@ Only what routing needs is read and checked (the body is forwarded to the replic
 engine validates the rest): the prompt (chat ``messages`` or a completions ``prompt`` and its
 ``add_special_tokens``), ``stream``, the output budget and ``model``. Anything malformed raises
 :class:`BadRequest` with a reason the client sees in a 400. :func:`with_token_ids` rewrites a text
-completion to the token ids the engine would tokenise it to.
+completion to the token ids the engine would tokenise it to; :func:`image_body` cuts a chat body
+around its images.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -23,13 +24,14 @@ from kvharness.gateway.images import IMAGE_PART_TYPES, MEDIA_PART_TYPES
 __all__ = [
     "SESSION_HEADERS",
     "BadRequest",
+    "ImageBody",
     "ParsedRequest",
     "approx_pieces",
     "approx_text",
     "first_session_header",
+    "image_body",
     "materialised",
     "parse_request",
-    "with_named_images",
     "with_token_ids",
 ]
 
@@ -75,7 +77,7 @@ class ParsedRequest:
     """Whether a chat message has media parts (images, audio, video)."""
     fields: dict[str, Any] | None = None
     """The decoded body of a completion request (for :func:`with_token_ids`) or of a chat
-    request with media (for :func:`with_named_images`)."""
+    request with media (for :func:`image_body`)."""
     long_texts: bool = False
     """Whether strings in it may be :class:`LongText` (a large body; see :func:`materialised`)."""
     user: str | None = None
@@ -316,18 +318,81 @@ def with_token_ids(parsed: ParsedRequest, ids: Sequence[int]) -> bytes | None:
     return _encoder.encode({**f, "prompt": list(ids)})
 
 
-def with_named_images(parsed: ParsedRequest, uuids: Mapping[tuple[int, int], str]) -> bytes:
-    """The body of chat request ``parsed`` (with media, materialised) with ``uuids[(i, j)]`` as
-    the ``uuid`` of part ``j`` of message ``i``; everything else as the client sent it."""
+@dataclass(frozen=True, slots=True)
+class ImageBody:
+    """A chat body to forward, cut around its named images, so that an image the replica holds
+    already can go as its name alone.
+
+    vLLM reads an image part whose ``image_url`` is null and whose ``uuid`` is set as the image
+    its multimodal processor cache holds under that uuid (and answers 400 when it holds none:
+    the caller then sends the body whole). Such an image is neither sent, decoded nor hashed
+    again. :meth:`render` joins the pieces once: O(body bytes)."""
+
+    pieces: tuple[bytes, ...]
+    """The body's bytes between images: one more than :attr:`images`."""
+    images: tuple[tuple[str, bytes, bytes], ...]
+    """Per named image, in body order: its name, its part in full and its part as the name."""
+
+    def render(self, held: Container[str] = ()) -> tuple[bytes, tuple[str, ...]]:
+        """The body with each image named in ``held`` as its name alone, and those names."""
+        out = [self.pieces[0]]
+        elided = []
+        for (name, full, bare), piece in zip(self.images, self.pieces[1:], strict=True):
+            if name in held:
+                out.append(bare)
+                elided.append(name)
+            else:
+                out.append(full)
+            out.append(piece)
+        return b"".join(out), tuple(elided)
+
+
+def image_body(
+    parsed: ParsedRequest,
+    names: Mapping[tuple[int, int], str],
+    add_uuid: Container[tuple[int, int]],
+) -> ImageBody:
+    """The body of chat request ``parsed`` (with media, materialised) as an :class:`ImageBody`
+    over its image parts ``names`` (``(message, part)`` -> name); the parts in ``add_uuid``
+    get their name as their ``uuid``. Rendered with nothing held, it is the client's body with
+    those uuids added (``messages`` last, and a message's ``content`` last where it has named
+    images: the same JSON object)."""
     f = parsed.fields
     assert f is not None and not parsed.long_texts
-    messages = list(f["messages"])
-    for i in {i for i, _ in uuids}:
-        content = list(messages[i]["content"])
-        for j, uuid in ((j, u) for (k, j), u in uuids.items() if k == i):
-            content[j] = {**content[j], "uuid": uuid}
-        messages[i] = {**messages[i], "content": content}
-    return _encoder.encode({**f, "messages": messages})
+    pieces: list[bytes] = []
+    images: list[tuple[str, bytes, bytes]] = []
+    text = [_open_list({k: v for k, v in f.items() if k != "messages"}, "messages")]
+    for i, m in enumerate(f["messages"]):
+        if i:
+            text.append(b",")
+        here = sorted(j for k, j in names if k == i)
+        if not here:
+            text.append(_encoder.encode(m))
+            continue
+        text.append(_open_list({k: v for k, v in m.items() if k != "content"}, "content"))
+        for j, part in enumerate(m["content"]):
+            if j:
+                text.append(b",")
+            if j not in here:
+                text.append(_encoder.encode(part))
+                continue
+            name = names[(i, j)]
+            full = {**part, "uuid": name} if (i, j) in add_uuid else part
+            pieces.append(b"".join(text))
+            text = []
+            bare = {**part, "image_url": None, "uuid": name}
+            images.append((name, _encoder.encode(full), _encoder.encode(bare)))
+        text.append(b"]}")
+    text.append(b"]}")
+    pieces.append(b"".join(text))
+    return ImageBody(tuple(pieces), tuple(images))
+
+
+def _open_list(fields: Mapping[str, Any], key: str) -> bytes:
+    """``fields`` with ``key`` last, encoded up to and including the ``[`` that opens its list."""
+    encoded = _encoder.encode({**fields, key: []})
+    assert encoded.endswith(b"[]}")
+    return encoded[:-2]
 
 
 def approx_text(parsed: ParsedRequest) -> str:
