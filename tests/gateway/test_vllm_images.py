@@ -23,6 +23,7 @@ from kvharness.gateway.hash_translator import HashTranslator
 from kvharness.gateway.kv_events import decode_batch
 from kvharness.testing import VllmReplica
 from kvharness.testing.tiny_vlm import image_tokens
+from kvharness.workload.recording import load_recording
 
 pytestmark = pytest.mark.vllm
 
@@ -93,6 +94,7 @@ async def test_image_turns_are_credited_and_hashed_as_the_engine_stores_them(
     screens_dir: Path,
     gateways: Any,
     engine_events: list[KVEvent],
+    tmp_path: Path,
 ) -> None:
     rep = vlm_replica
     gw = await gateways(
@@ -100,6 +102,7 @@ async def test_image_turns_are_credited_and_hashed_as_the_engine_stores_them(
         tokenizer=str(tiny_vlm_dir),
         kv_events={rep.url: wildcard(rep)},
         verify_hashing_every=1,
+        record=str(tmp_path / "rec"),
     )
     sub = gw.replicas.subscribers[0]
     assert sub is not None
@@ -161,6 +164,14 @@ async def test_image_turns_are_credited_and_hashed_as_the_engine_stores_them(
     # Turn 1's image went whole, then by its name alone: the engine held it, and answered.
     assert forwarded(gw, "whole") == 2 and forwarded(gw, "name") == 1
     assert refusals(gw) == 0
+
+    # The recording places both turns' images, the first under one hash in both.
+    (session,) = load_recording(tmp_path / "rec").sessions
+    one, two = (t.images for t in session.turns)
+    assert [(im.offset, im.tokens, im.width, im.height) for im in two] == [
+        (a.offset, a.length, W, H), (h2.images[1].offset, image_tokens(W, H), W, H)
+    ]  # fmt: skip
+    assert one == two[:1] and two[0].hash != two[1].hash
 
     # The engine named the image blocks by the gateway's name and the client's uuid, and its
     # stores translate to exactly the gateway's hashes of both prompts.

@@ -3,6 +3,7 @@ ones, rotated or not, across restarts; damage is named by file and line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from kvharness.errors import FormatError
 from kvharness.workload import format as wformat
 from kvharness.workload import recording
 from kvharness.workload.chain import BlockChain, block_hash, chain_hashes
+from kvharness.workload.images import Image
 from kvharness.workload.load import load_workload
 from kvharness.workload.recording import (
     Observed,
@@ -94,6 +96,29 @@ def test_later_requests_of_a_session_store_only_what_is_new(tmp_path: Path) -> N
     assert "ids" not in json.loads(_hashes_only_line(tmp_path / "hashes-only")), (
         "content is kept only when asked for"
     )
+
+
+def test_images_are_recorded_once_each_and_load_back_in_place(tmp_path: Path) -> None:
+    writer = RecordingWriter(tmp_path)
+    a, b = Image(2, 4, 640, 400, 11), Image(8, 4, 640, 400, 12)
+    for t, (ids, images) in enumerate([(list(range(7)), (a,)), (list(range(13)), (a, b))]):
+        o = _observed("s", ids, 10.0 + t)
+        writer.write(dataclasses.replace(o, images=images))
+    writer.write(dataclasses.replace(_observed("s", list(range(13)), 12.0), images=(b,)))
+    lines = [json.loads(x) for x in recording_parts(tmp_path)[0].read_text().splitlines()[1:]]
+    assert [(x.get("images_keep", 0), len(x.get("images") or ())) for x in lines] == [
+        (0, 1), (1, 1), (0, 1),  # the screenshot before dropped: nothing kept
+    ]  # fmt: skip
+    w = load_recording(tmp_path)
+    assert [t.images for t in w.sessions[0].turns] == [(a,), (a, b), (b,)]
+    part = recording_parts(tmp_path)[0]
+    lines = part.read_text().splitlines(keepends=True)
+    part.write_text(lines[0] + lines[1] + lines[2].replace('"images_keep":1', '"images_keep":3'))
+    with pytest.raises(FormatError, match=rf"{part}:3: .*images_keep=3 but its previous request"):
+        load_recording(tmp_path)
+    part.write_text(lines[0] + lines[1].replace('"offset":2', '"offset":5'))
+    with pytest.raises(FormatError, match=rf"{part}:2: .*past the prompt's 7 tokens"):
+        load_recording(tmp_path)
 
 
 def _hashes_only_line(folder: Path) -> str:

@@ -370,6 +370,9 @@ class PlacedImage(NamedTuple):
     name: str
     offset: int
     length: int
+    width: int = 0
+    height: int = 0
+    """Its pixel size, as the engine decodes it (0 where not given)."""
 
 
 def _key_bytes(keys: Iterable[tuple[str, int]]) -> bytes:
@@ -442,6 +445,8 @@ class ImageInput(NamedTuple):
     """Its placeholder token ids (None: its size is unknown here, so is everything after it)."""
     message: int
     """Index of the message it is in."""
+    size: tuple[int, int] = (0, 0)
+    """Its pixel size (width, height) as the engine decodes it, where read."""
 
 
 class ChatImages(NamedTuple):
@@ -479,8 +484,8 @@ def _image_input(
     except ImageError as err:
         raise ImageError(f"{where}: bad image: {err}") from None
     if client_name is not None:
-        return ImageInput(client_name, tokens, message), False
-    return ImageInput(image_name(data), tokens, message), True
+        return ImageInput(client_name, tokens, message, size or (0, 0)), False
+    return ImageInput(image_name(data), tokens, message, size or (0, 0)), True
 
 
 def _template_part(part: Mapping[str, Any]) -> Mapping[str, Any]:

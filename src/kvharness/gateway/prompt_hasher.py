@@ -168,7 +168,7 @@ def _expand(
             cut = len(out) if cut is None else cut
             out.append(ids[p.at])
         else:
-            on.append(PlacedImage(name, len(out), len(tokens)))
+            on.append(PlacedImage(name, len(out), len(tokens), *p.image.size))
             out.extend(tokens)
         prev = p.at + 1
     out.extend(ids[prev:])

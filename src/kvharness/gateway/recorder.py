@@ -12,10 +12,14 @@ blocks, and hashes only full blocks, so the blocks past the routed ones are hash
 token ids, and a last partial block named by its tokens; where there are no token ids (prompts
 hashed approximately, without a tokenizer) they are named by a salt unique to the request, so
 they match nothing, as an uncacheable tail should.
+
+A chat prompt's images are recorded where the gateway placed them (:func:`recorded_images`), so
+a replay sends an image of each one's size at its place, and the same image wherever it was.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -26,9 +30,10 @@ import msgspec
 from kvharness.gateway.prompt_hasher import HashedPrompt
 from kvharness.wire.openai import Usage
 from kvharness.workload.chain import ROOT_HASH, BlockChain, block_hash, chain_hashes, digest
+from kvharness.workload.images import Image
 from kvharness.workload.recording import Observed, RecordingWriter
 
-__all__ = ["CLIENT_GONE", "Pending", "Recorder", "recorded_chain"]
+__all__ = ["CLIENT_GONE", "Pending", "Recorder", "recorded_chain", "recorded_images"]
 
 CLIENT_GONE = 499
 """Status recorded for a request whose client left before its answer ended (nginx's use)."""
@@ -56,6 +61,21 @@ def recorded_chain(hashed: HashedPrompt, block_size: int) -> BlockChain:
         else:
             full.append(digest(parent, salt or os.urandom(8)))
     return BlockChain(bs, tuple(full), n)
+
+
+def recorded_images(hashed: HashedPrompt) -> tuple[Image, ...]:
+    """The images of ``hashed`` as a workload's: where their placeholders are, their pixel size,
+    and a 64-bit hash of the name the engine knows each by (equal names, equal hashes). Images
+    whose size was not read are left out."""
+    return tuple(
+        Image(im.offset, im.length, im.width, im.height, _name_hash(im.name))
+        for im in hashed.images
+        if im.width > 0 and im.height > 0
+    )
+
+
+def _name_hash(name: str) -> int:
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
 
 
 class Recorder:
@@ -89,7 +109,8 @@ class Recorder:
         if w.content:
             ids = hashed.token_ids if len(hashed.token_ids) == chain.num_tokens else None
             messages = _messages(body)
-        return Pending(self, session, not named, arrival, chain, path, model, ids, messages)
+        images = recorded_images(hashed)
+        return Pending(self, session, not named, arrival, chain, path, model, ids, messages, images)
 
     def status(self) -> dict[str, Any]:
         w = self.writer
@@ -119,8 +140,8 @@ class Pending:
     calls are ignored)."""
 
     __slots__ = (
-        "_ids", "_messages", "_recorder", "arrival", "chain", "finished", "inferred", "model",
-        "path", "reason", "replica", "session",
+        "_ids", "_images", "_messages", "_recorder", "arrival", "chain", "finished", "inferred",
+        "model", "path", "reason", "replica", "session",
     )  # fmt: skip
 
     def __init__(
@@ -134,6 +155,7 @@ class Pending:
         model: str | None,
         ids: Sequence[int] | None,
         messages: Sequence[Mapping[str, Any]] | None,
+        images: tuple[Image, ...] = (),
     ) -> None:
         self._recorder = recorder
         self.session = session
@@ -144,6 +166,7 @@ class Pending:
         self.model = model
         self._ids = ids
         self._messages = messages
+        self._images = images
         self.replica: str | None = None
         self.reason: str | None = None
         self.finished = False
@@ -173,5 +196,6 @@ class Pending:
                 output_tokens=usage.completion_tokens if usage is not None else None,
                 token_ids=self._ids,
                 messages=self._messages,
+                images=self._images,
             )
         )

@@ -18,7 +18,7 @@ file line by line.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -38,7 +38,10 @@ __all__ = [
     "SCHEMA_PATH",
     "TRACE_FORMAT",
     "VERSION",
+    "ImageEntry",
     "dumps_lines",
+    "images_delta",
+    "images_of",
     "is_workload_file",
     "load",
     "save",
@@ -72,12 +75,32 @@ class _Header(msgspec.Struct, forbid_unknown_fields=True):
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-class _Image(msgspec.Struct, forbid_unknown_fields=True):
+class ImageEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """An image as a line of the format (and of a recording) holds it: its fields as
+    :class:`~kvharness.workload.images.Image`'s."""
+
     offset: Tokens
     tokens: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)]
     width: Annotated[int, msgspec.Meta(ge=1, le=2**20)]
     height: Annotated[int, msgspec.Meta(ge=1, le=2**20)]
     hash: BlockHash
+
+
+def images_delta(
+    prev: Sequence[Image], now: Sequence[Image]
+) -> tuple[int, list[ImageEntry] | None]:
+    """``now`` as (images kept from ``prev``, the entries after them, None when none)."""
+    keep = next(
+        (i for i, (a, b) in enumerate(zip(prev, now, strict=False)) if a != b),
+        min(len(prev), len(now)),
+    )
+    entries = [ImageEntry(im.offset, im.tokens, im.width, im.height, im.hash) for im in now[keep:]]
+    return keep, entries or None
+
+
+def images_of(entries: Sequence[ImageEntry] | None) -> tuple[Image, ...]:
+    """The images ``entries`` hold (ValueError for a field out of its range)."""
+    return tuple(Image(e.offset, e.tokens, e.width, e.height, e.hash) for e in entries or ())
 
 
 class _Turn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -90,7 +113,7 @@ class _Turn(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     messages: list[dict[str, Any]] | None = None
     ids: list[TokenId] | None = None
     ids_keep: Annotated[int, msgspec.Meta(ge=0)] = 0
-    images: list[_Image] | None = None
+    images: list[ImageEntry] | None = None
     images_keep: Annotated[int, msgspec.Meta(ge=0)] = 0
 
     def __post_init__(self) -> None:
@@ -127,14 +150,7 @@ def _session_to_wire(s: Session) -> _Session:
             ids_keep = common_prefix_len(prev_ids, t.prompt_ids)
             ids = list(t.prompt_ids[ids_keep:])
         prev_ids = t.prompt_ids or ()
-        images_keep = next(
-            (i for i, (a, b) in enumerate(zip(prev_images, t.images, strict=False)) if a != b),
-            min(len(prev_images), len(t.images)),
-        )
-        images = [
-            _Image(im.offset, im.tokens, im.width, im.height, im.hash)
-            for im in t.images[images_keep:]
-        ]
+        images_keep, images = images_delta(prev_images, t.images)
         prev_images = t.images
         turns.append(
             _Turn(
@@ -147,7 +163,7 @@ def _session_to_wire(s: Session) -> _Session:
                 messages=[dict(m) for m in t.messages] if t.messages is not None else None,
                 ids=ids,
                 ids_keep=ids_keep,
-                images=images or None,
+                images=images,
                 images_keep=images_keep,
             )
         )
@@ -207,9 +223,7 @@ def _session_from_wire(w: _Session, block_size: int, where: str, lineno: int) ->
             raise bad(
                 f"images_keep={wt.images_keep} but the previous turn has {len(prev_images)} images"
             )
-        images = prev_images[: wt.images_keep] + tuple(
-            Image(im.offset, im.tokens, im.width, im.height, im.hash) for im in wt.images or ()
-        )
+        images = prev_images[: wt.images_keep] + images_of(wt.images)
         try:
             turns.append(
                 Turn(

@@ -28,7 +28,8 @@ A request's prompt
     the first ``keep`` of the session's previous request in the part) names every full block
     and a last partial one, as :mod:`kvharness.workload.chain` defines. With content kept,
     ``ids`` (after the first ``ids_keep``) are its token ids and ``messages`` (after the first
-    ``messages_keep``) its chat messages as sent.
+    ``messages_keep``) its chat messages as sent. ``images`` (after the first ``images_keep``)
+    place its images' placeholder tokens, so a replay sends an image of each one's size there.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ import msgspec
 from kvharness.errors import FormatError, UserError
 from kvharness.workload import reader
 from kvharness.workload.chain import BlockChain, common_prefix_len
+from kvharness.workload.format import ImageEntry, images_delta, images_of
+from kvharness.workload.images import Image, check_images
 from kvharness.workload.model import Arrival, Session, Turn, Workload
 from kvharness.workload.reader import BlockHash, BlockSize, Seconds, Tokens
 from kvharness.workload.traceformat import Probe, TraceFormat
@@ -118,6 +121,10 @@ class Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     ids_keep: Annotated[int, msgspec.Meta(ge=0)] = 0
     messages: list[dict[str, Any]] | None = None
     messages_keep: Annotated[int, msgspec.Meta(ge=0)] = 0
+    images: list[ImageEntry] | None = None
+    """The prompt's images after the first ``images_keep`` of the previous request's (as in
+    the workload format; the hash is of the image's name at the gateway)."""
+    images_keep: Annotated[int, msgspec.Meta(ge=0)] = 0
 
     def __post_init__(self) -> None:
         reader.check_hashes(self.hashes)
@@ -143,6 +150,8 @@ class Observed:
     output_tokens: int | None = None
     token_ids: Sequence[int] | None = None
     messages: Sequence[Mapping[str, Any]] | None = None
+    images: tuple[Image, ...] = ()
+    """The images in the prompt (their placeholder tokens are part of :attr:`chain`)."""
 
 
 @dataclass(slots=True)
@@ -156,6 +165,7 @@ class _Last:
     """How many of ``hashes`` name full blocks."""
     ids: array[int] | None = None
     messages: list[bytes] | None = None
+    images: tuple[Image, ...] = ()
 
     @property
     def content_bytes(self) -> int:
@@ -324,7 +334,10 @@ class RecordingWriter:
             reason=o.reason,
             path=o.path,
         )
-        state = _Last(self._number, tuple(hashes), chain.num_full_blocks)
+        rec.images_keep, rec.images = images_delta(
+            last.images if last is not None else (), o.images
+        )
+        state = _Last(self._number, tuple(hashes), chain.num_full_blocks, images=o.images)
         if self.content:
             _add_content(rec, state, last, o)
         self._emit(_encoder.encode(rec) + b"\n")
@@ -379,6 +392,7 @@ class _Read(NamedTuple):
     chain: BlockChain
     ids: tuple[int, ...] | None
     messages: list[dict[str, Any]] | None
+    images: tuple[Image, ...] = ()
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -450,7 +464,18 @@ def _read_part(path: Path, into: dict[str, list[_Read]]) -> tuple[int | None, in
             if not reader.check_nesting(r.messages):
                 raise bad(f"messages nested deeper than {reader.MAX_NESTING} levels")
             messages = base_m[: r.messages_keep] + r.messages
-        last[r.session] = read = _Read(r, chain, ids, messages)
+        base_images = prev.images if prev is not None else ()
+        if r.images_keep > len(base_images):
+            raise bad(
+                f"images_keep={r.images_keep} but its previous request has "
+                f"{len(base_images)} images"
+            )
+        images = base_images[: r.images_keep] + images_of(r.images)
+        try:
+            check_images(images, r.tokens)
+        except ValueError as err:
+            raise bad(str(err)) from None
+        last[r.session] = read = _Read(r, chain, ids, messages, images)
         into.setdefault(r.session, []).append(read)
         count += 1
     return bs, count
@@ -530,6 +555,7 @@ def load_recording(path: str | Path) -> Workload:
                 x.request.gap if i else 0.0,
                 messages=appended[i] if appended is not None else None,
                 prompt_ids=x.ids,
+                images=x.images,
             )
             for i, x in enumerate(items)
         )
