@@ -64,8 +64,8 @@ async def _send(
     """(seconds to the answer, bytes the gateway forwards for it, as it would now)."""
     body = json.dumps({"model": SERVED_NAME, "messages": messages, "max_tokens": 1}).encode()
     prep = gw.pipeline.prepare(body, "chat", None)
-    assert prep.images is not None
-    forwarded = len(prep.images.render(gw.pipeline.held_images.held(0))[0])
+    assert prep.image_body is not None
+    forwarded = len(prep.image_body.render(gw.pipeline.held_images.held(0))[0])
     t0 = time.perf_counter()
     url = f"http://127.0.0.1:{gw.port}/v1/chat/completions"
     async with http.post(url, data=body, headers={"Content-Type": "application/json"}) as r:

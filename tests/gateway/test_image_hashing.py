@@ -263,7 +263,7 @@ def test_an_unread_image_stops_the_credit_at_its_first_block(vlm: EngineTokenize
     for prep in (remote, local):
         start = prep.hashed.token_ids.index(token_id(IMAGE_TOKEN))
         assert len(prep.hashed.block_hashes) == start // BS and prep.hashed.images == ()
-    assert remote.images is None  # a URL is not named: what it points at may change
+    assert remote.image_body is None  # a URL is not named: what it points at may change
 
 
 def test_a_string_content_template_gets_placeholders_before_the_text(
@@ -290,17 +290,17 @@ def test_the_gateway_names_images_in_the_forwarded_body_and_keeps_the_clients_uu
     prep = prepare(p, body)
     a, b = prep.hashed.images
     assert a.name.startswith("kvh-") and b.name == "mine"
-    assert prep.images is not None
-    sent = json.loads(prep.images.render()[0])
+    assert prep.image_body is not None
+    sent = json.loads(prep.image_body.render()[0])
     parts = sent["messages"][1]["content"]
     assert parts[1]["uuid"] == a.name and parts[2]["uuid"] == "mine"
     # Only the uuid was added: the rest is the client's body.
     parts[1].pop("uuid")
     assert sent == body
     named = chat(["Look:", image_part(png(64, 64, 1), uuid="u1")])
-    assert prepare(p, named).images is not None  # nothing to add, but it can go by name
-    assert prepare(pipeline(vlm, held_images=0), named).images is None  # nothing to change
-    unnamed = prepare(pipeline(vlm, name_images=False), body).images
+    assert prepare(p, named).image_body is not None  # nothing to add, but it can go by name
+    assert prepare(pipeline(vlm, held_images=0), named).image_body is None  # nothing to change
+    unnamed = prepare(pipeline(vlm, name_images=False), body).image_body
     assert unnamed is not None and [n for n, _, _ in unnamed.images] == ["mine"]
     assert json.loads(unnamed.render()[0]) == body
 
@@ -313,13 +313,13 @@ def test_images_the_replica_holds_go_by_name_alone(vlm: EngineTokenizer) -> None
     )
     body["stream"] = True
     prep = prepare(pipeline(vlm), body)
-    assert prep.images is not None
-    a, mine, c = (name for name, _, _ in prep.images.images)
+    assert prep.image_body is not None
+    a, mine, c = (name for name, _, _ in prep.image_body.images)
     assert mine == "mine"
-    sent, by_name = prep.images.render({a, c, "other"})
+    sent, by_name = prep.image_body.render({a, c, "other"})
     assert by_name == (a, c)
     got = json.loads(sent)
-    want = json.loads(prep.images.render()[0])
+    want = json.loads(prep.image_body.render()[0])
     for i, j, name in ((1, 1, a), (3, 0, c)):
         assert got["messages"][i]["content"][j] == {"type": "image_url", "image_url": None,
                                                     "uuid": name}  # fmt: skip
@@ -351,8 +351,8 @@ def test_large_bodies_are_named_like_small_ones(vlm: EngineTokenizer) -> None:
     big = png(900, 700, 5) + b"\0" * (1 << 21)  # trailing bytes past IEND: still that PNG
     body = chat(["x " * 2000, image_part(big)])
     prep = prepare(pipeline(vlm), body)  # over the slice size: decoded in slices
-    assert prep.images is not None
-    assert json.loads(prep.images.render()[0])["messages"][1]["content"][1]["uuid"]
+    assert prep.image_body is not None
+    assert json.loads(prep.image_body.render()[0])["messages"][1]["content"][1]["uuid"]
     assert prep.hashed.images[0].length == image_tokens(900, 700)
 
 

@@ -122,7 +122,7 @@ class Prepared(NamedTuple):
     model: str | None
     session: str | None
     """The session the client named: by a header, else by the body's ``user`` field."""
-    images: ImageBody | None = None
+    image_body: ImageBody | None = None
     """The chat body cut around its named images (those the gateway named carrying their names
     as ``uuid``), when any is named and the gateway names images or sends held ones by name."""
 
@@ -399,9 +399,9 @@ class Pipeline:
             flight = self.router.dispatched(route_req, outcome, time.monotonic())
             m.route_seconds.observe(time.perf_counter() - t0)
             try:
-                if prep.images is not None:
+                if prep.image_body is not None:
                     return await self._forward_images(
-                        request, i, path, prep.images, headers, flight, kind, pending
+                        request, i, path, prep.image_body, headers, flight, kind, pending
                     )
                 alike = as_ids is not None and await self.replicas.tokenizes_alike(i)
                 sent = as_ids if alike and as_ids is not None else body
