@@ -361,11 +361,14 @@ def image_body(
     assert f is not None and not parsed.long_texts
     pieces: list[bytes] = []
     images: list[tuple[str, bytes, bytes]] = []
+    named_parts: dict[int, set[int]] = {}
+    for i, j in names:
+        named_parts.setdefault(i, set()).add(j)
     text = [_open_list({k: v for k, v in f.items() if k != "messages"}, "messages")]
     for i, m in enumerate(f["messages"]):
         if i:
             text.append(b",")
-        here = sorted(j for k, j in names if k == i)
+        here = named_parts.get(i)
         if not here:
             text.append(_encoder.encode(m))
             continue
